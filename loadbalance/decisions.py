@@ -1,0 +1,274 @@
+"""Decisions and skips: the values the policies return, and their versioned JSON wire format.
+
+A decision is a hint for the controller (split, unload, transfer, merge) with a reason in
+Pulsar's vocabulary (``Overloaded``, ``Underloaded``, ``Topics``, ``Sessions``, ``MsgRate``,
+``Bandwidth``, ``Admin``, ``Cold``) and the inputs that led to it. A skip is a result too
+(``HitCount``, ``CoolDown``, ``NoBundles``, ...), never an error.
+
+Ids are deterministic: a SHA-256 over the cycle key and the decision's content, so replaying the
+same input batch yields the same ids and the controller can de-duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from loadbalance.bundles import parse_bundle
+from loadbalance.errors import InvalidDecision, InvalidInput
+
+SCHEMA_VERSION = 1
+
+SPLIT = "split"
+UNLOAD = "unload"
+TRANSFER = "transfer"
+MERGE = "merge"
+KINDS = (SPLIT, UNLOAD, TRANSFER, MERGE)
+
+DEFAULT_MAX_DECISION_BYTES = 65536
+
+Scalar = float | int | str | bool | None
+
+_EMPTY_INPUTS: Mapping[str, Scalar] = MappingProxyType({})
+
+
+def decision_id(
+    cycle: str,
+    kind: str,
+    bundle: str,
+    source_broker: str | None,
+    destination_broker: str | None,
+    split_boundaries: tuple[int, ...] = (),
+    merge_bundle: str | None = None,
+) -> str:
+    """Deterministic id: the same cycle and content always give the same id."""
+    key = json.dumps(
+        [
+            cycle,
+            kind,
+            bundle,
+            source_broker,
+            destination_broker,
+            list(split_boundaries),
+            merge_bundle,
+        ],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One balancing action for the controller to apply."""
+
+    id: str
+    kind: str
+    bundle: str
+    source_broker: str | None
+    destination_broker: str | None = None
+    split_boundaries: tuple[int, ...] = ()
+    split_algorithm: str | None = None
+    merge_bundle: str | None = None
+    reason: str = ""
+    strategy: str = ""
+    inputs: Mapping[str, Scalar] = field(default=_EMPTY_INPUTS)
+    cycle: str = ""
+    decided_at_ms: int = 0
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.reason}"
+
+
+def make_decision(
+    *,
+    cycle: str,
+    kind: str,
+    bundle: str,
+    source_broker: str | None,
+    destination_broker: str | None = None,
+    split_boundaries: tuple[int, ...] = (),
+    split_algorithm: str | None = None,
+    merge_bundle: str | None = None,
+    reason: str = "",
+    strategy: str = "",
+    inputs: Mapping[str, Scalar] | None = None,
+    decided_at_ms: int = 0,
+) -> Decision:
+    """Build a decision and compute its deterministic id."""
+    if kind not in KINDS:
+        raise InvalidInput("kind", f"unknown decision kind {kind!r}")
+    bounds = tuple(sorted(split_boundaries))
+    return Decision(
+        id=decision_id(
+            cycle, kind, bundle, source_broker, destination_broker, bounds, merge_bundle
+        ),
+        kind=kind,
+        bundle=bundle,
+        source_broker=source_broker,
+        destination_broker=destination_broker,
+        split_boundaries=bounds,
+        split_algorithm=split_algorithm,
+        merge_bundle=merge_bundle,
+        reason=reason,
+        strategy=strategy,
+        inputs=MappingProxyType(dict(inputs or {})),
+        cycle=cycle,
+        decided_at_ms=decided_at_ms,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A policy looked and chose not to act, with Pulsar's skip reason."""
+
+    policy: str
+    reason: str
+    broker: str | None = None
+    bundle: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """What one policy run produced: decisions and skips."""
+
+    decisions: tuple[Decision, ...] = ()
+    skips: tuple[Skip, ...] = ()
+
+
+def _clean_inputs(inputs: Mapping[str, Scalar]) -> dict[str, Scalar]:
+    out: dict[str, Scalar] = {}
+    for k, v in inputs.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            out[k] = str(v)
+        else:
+            out[k] = v
+    return out
+
+
+def decision_to_dict(d: Decision) -> dict[str, Any]:
+    return {
+        "schemaVersion": d.schema_version,
+        "id": d.id,
+        "kind": d.kind,
+        "bundle": d.bundle,
+        "sourceBroker": d.source_broker,
+        "destinationBroker": d.destination_broker,
+        "splitBoundaries": [f"0x{b:08x}" for b in d.split_boundaries],
+        "splitAlgorithm": d.split_algorithm,
+        "mergeBundle": d.merge_bundle,
+        "reason": d.reason,
+        "strategy": d.strategy,
+        "inputs": _clean_inputs(d.inputs),
+        "cycle": d.cycle,
+        "decidedAtMs": d.decided_at_ms,
+    }
+
+
+def encode_decision(d: Decision) -> bytes:
+    """Compact, key-sorted JSON: identical decisions encode to identical bytes."""
+    return json.dumps(decision_to_dict(d), separators=(",", ":"), sort_keys=True).encode()
+
+
+def _opt_str(doc: Mapping[str, Any], key: str) -> str | None:
+    v = doc.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v or len(v) > 1024:
+        raise InvalidDecision(key, "must be a non-empty string of at most 1024 characters")
+    return v
+
+
+def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_BYTES) -> Decision:
+    """Parse and validate a decision record; raise ``InvalidDecision`` naming the field."""
+    if len(raw) > max_bytes:
+        raise InvalidDecision("record", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise InvalidDecision("record", f"not valid JSON: {type(e).__name__}") from None
+    if not isinstance(doc, dict):
+        raise InvalidDecision("record", "must be a JSON object")
+    version = doc.get("schemaVersion")
+    if version != SCHEMA_VERSION:
+        raise InvalidDecision("schemaVersion", f"unsupported version {version!r}")
+    kind = doc.get("kind")
+    if kind not in KINDS:
+        raise InvalidDecision("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    bundle = _opt_str(doc, "bundle")
+    if bundle is None:
+        raise InvalidDecision("bundle", "missing")
+    try:
+        parse_bundle(bundle)
+        merge_bundle = _opt_str(doc, "mergeBundle")
+        if merge_bundle is not None:
+            parse_bundle(merge_bundle)
+    except InvalidInput as e:
+        raise InvalidDecision(e.field, e.reason) from None
+    raw_bounds = doc.get("splitBoundaries") or []
+    if not isinstance(raw_bounds, list) or len(raw_bounds) > 1024:
+        raise InvalidDecision("splitBoundaries", "must be a list of at most 1024 boundaries")
+    bounds: list[int] = []
+    for b in raw_bounds:
+        try:
+            v = int(b, 16) if isinstance(b, str) else b
+        except ValueError:
+            raise InvalidDecision("splitBoundaries", f"not a hex number: {b!r}") from None
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFFFFFF:
+            raise InvalidDecision("splitBoundaries", f"outside the 32-bit ring: {b!r}")
+        bounds.append(v)
+    if kind == SPLIT and not bounds:
+        raise InvalidDecision("splitBoundaries", "a split needs at least one boundary")
+    if kind == MERGE and merge_bundle is None:
+        raise InvalidDecision("mergeBundle", "a merge needs the second bundle")
+    inputs = doc.get("inputs") or {}
+    if not isinstance(inputs, dict) or len(inputs) > 256:
+        raise InvalidDecision("inputs", "must be an object with at most 256 entries")
+    clean: dict[str, Scalar] = {}
+    for k, v in inputs.items():
+        if not (v is None or isinstance(v, (str, int, float, bool))):
+            raise InvalidDecision("inputs", f"value of {k!r} must be a scalar")
+        clean[str(k)] = v
+    decided = doc.get("decidedAtMs", 0)
+    if isinstance(decided, bool) or not isinstance(decided, int) or decided < 0:
+        raise InvalidDecision("decidedAtMs", "must be a non-negative integer")
+    did = doc.get("id")
+    if not isinstance(did, str) or not (8 <= len(did) <= 128):
+        raise InvalidDecision("id", "must be a string of 8 to 128 characters")
+    src = _opt_str(doc, "sourceBroker")
+    dst = _opt_str(doc, "destinationBroker")
+    if kind == TRANSFER and dst is None:
+        raise InvalidDecision("destinationBroker", "a transfer needs a destination")
+    if src is not None and dst is not None and src == dst:
+        raise InvalidDecision("destinationBroker", "destination is the source broker")
+    cycle = doc.get("cycle", "")
+    reason = doc.get("reason", "")
+    strategy = doc.get("strategy", "")
+    algo = doc.get("splitAlgorithm")
+    for name, val in (("cycle", cycle), ("reason", reason), ("strategy", strategy)):
+        if not isinstance(val, str) or len(val) > 256:
+            raise InvalidDecision(name, "must be a string of at most 256 characters")
+    if algo is not None and not isinstance(algo, str):
+        raise InvalidDecision("splitAlgorithm", "must be a string")
+    return Decision(
+        id=did,
+        kind=kind,
+        bundle=bundle,
+        source_broker=src,
+        destination_broker=dst,
+        split_boundaries=tuple(sorted(bounds)),
+        split_algorithm=algo,
+        merge_bundle=merge_bundle,
+        reason=reason,
+        strategy=strategy,
+        inputs=MappingProxyType(clean),
+        cycle=cycle,
+        decided_at_ms=decided,
+    )

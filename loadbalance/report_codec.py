@@ -1,0 +1,234 @@
+"""Decode Pulsar ``LocalBrokerData`` JSON load reports, with validation.
+
+Field names are Pulsar's (as written under ``/loadbalance/brokers/<broker>`` and printed by
+``pulsar-admin broker-stats load-report``); unknown fields are ignored so a real broker's report
+is accepted as it is. Every rejection raises ``InvalidReport`` whose ``field`` names the JSON path
+and whose ``reason`` says what is wrong; the size limit is checked before parsing. ``encode_report``
+writes the same format, for the agent and the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from loadbalance.bundles import parse_bundle
+from loadbalance.errors import InvalidInput, InvalidReport
+from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+
+DEFAULT_MAX_REPORT_BYTES = 1024 * 1024
+MAX_BUNDLES_PER_REPORT = 100_000
+MAX_BROKER_ID_CHARS = 256
+# A reading above this multiple of its limit is a broken sensor, not an overload.
+MAX_USAGE_OVER_LIMIT = 10.0
+
+_RESOURCES = (
+    ("cpu", "cpu"),
+    ("memory", "memory"),
+    ("directMemory", "direct_memory"),
+    ("bandwidthIn", "bandwidth_in"),
+    ("bandwidthOut", "bandwidth_out"),
+)
+_RATES = (
+    ("msgThroughputIn", "msg_throughput_in"),
+    ("msgThroughputOut", "msg_throughput_out"),
+    ("msgRateIn", "msg_rate_in"),
+    ("msgRateOut", "msg_rate_out"),
+)
+_COUNTS = (
+    ("numTopics", "num_topics"),
+    ("numBundles", "num_bundles"),
+    ("numConsumers", "num_consumers"),
+    ("numProducers", "num_producers"),
+)
+_STATS_RATES = (
+    ("msgRateIn", "msg_rate_in"),
+    ("msgRateOut", "msg_rate_out"),
+    ("msgThroughputIn", "msg_throughput_in"),
+    ("msgThroughputOut", "msg_throughput_out"),
+)
+_STATS_COUNTS = (
+    ("topics", "topics"),
+    ("consumerCount", "consumer_count"),
+    ("producerCount", "producer_count"),
+)
+
+
+def _number(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidReport(path, f"must be a number, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise InvalidReport(path, "must be a finite number")
+    if v < 0:
+        raise InvalidReport(path, f"must not be negative, got {v:g}")
+    return v
+
+
+def _count(value: Any, path: str) -> int:
+    v = _number(value, path)
+    if v != int(v) or v > 2**53:
+        raise InvalidReport(path, f"must be a whole number, got {v:g}")
+    return int(v)
+
+
+def _resource(doc: Any, path: str) -> ResourceUsage:
+    if not isinstance(doc, dict):
+        raise InvalidReport(
+            path, f"must be an object with usage and limit, got {type(doc).__name__}"
+        )
+    if "usage" in doc and "limit" not in doc:
+        raise InvalidReport(f"{path}.limit", "usage given without limit")
+    usage = _number(doc.get("usage", 0.0), f"{path}.usage")
+    limit = _number(doc.get("limit", 0.0), f"{path}.limit")
+    if limit > 0 and usage > limit * MAX_USAGE_OVER_LIMIT:
+        raise InvalidReport(
+            f"{path}.usage", f"{usage:g} is more than {MAX_USAGE_OVER_LIMIT:g}x its limit {limit:g}"
+        )
+    return ResourceUsage(usage, limit)
+
+
+def _bundle_name(name: Any, path: str) -> str:
+    try:
+        return parse_bundle(name).name
+    except InvalidInput as e:
+        raise InvalidReport(path, e.reason) from None
+
+
+def _stats(doc: Any, path: str) -> NamespaceBundleStats:
+    if not isinstance(doc, dict):
+        raise InvalidReport(path, f"must be an object, got {type(doc).__name__}")
+    kw: dict[str, Any] = {}
+    for key, attr in _STATS_RATES:
+        kw[attr] = _number(doc.get(key, 0.0), f"{path}.{key}")
+    for key, attr in _STATS_COUNTS:
+        kw[attr] = _count(doc.get(key, 0), f"{path}.{key}")
+    return NamespaceBundleStats(**kw)
+
+
+def _broker_from_url(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    return rest.split("/", 1)[0]
+
+
+def decode_report(
+    raw: bytes | str,
+    broker_id: str | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_REPORT_BYTES,
+) -> LocalBrokerData:
+    """Decode one report; ``broker_id`` is the record key, else ``webServiceUrl``'s host:port."""
+    if raw is None:
+        raise InvalidReport("record", "empty record value")
+    if len(raw) > max_bytes:
+        raise InvalidReport("record", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise InvalidReport("record", f"not valid JSON ({type(e).__name__})") from None
+    if not isinstance(doc, dict):
+        raise InvalidReport("record", f"must be a JSON object, got {type(doc).__name__}")
+    return report_from_dict(doc, broker_id)
+
+
+def report_from_dict(doc: Mapping[str, Any], broker_id: str | None = None) -> LocalBrokerData:
+    """Validate an already-parsed report document."""
+    web = doc.get("webServiceUrl") or ""
+    if not isinstance(web, str):
+        raise InvalidReport("webServiceUrl", "must be a string")
+    broker = broker_id or (_broker_from_url(web) if web else "")
+    if not broker:
+        raise InvalidReport("key", "no broker id: the record has no key and no webServiceUrl")
+    if len(broker) > MAX_BROKER_ID_CHARS or not broker.isprintable() or broker != broker.strip():
+        raise InvalidReport("key", "broker id must be printable, trimmed, at most 256 characters")
+    kw: dict[str, Any] = {}
+    for key, attr in _RESOURCES:
+        if key in doc and doc[key] is not None:
+            kw[attr] = _resource(doc[key], key)
+    for key, attr in _RATES:
+        kw[attr] = _number(doc.get(key, 0.0), key)
+    for key, attr in _COUNTS:
+        kw[attr] = _count(doc.get(key, 0), key)
+    raw_stats = doc.get("lastStats") or {}
+    if not isinstance(raw_stats, dict):
+        raise InvalidReport("lastStats", "must be an object of bundle -> stats")
+    if len(raw_stats) > MAX_BUNDLES_PER_REPORT:
+        raise InvalidReport("lastStats", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
+    stats = {
+        _bundle_name(name, f"lastStats[{name!r}]"): _stats(s, f"lastStats[{name!r}]")
+        for name, s in raw_stats.items()
+    }
+    raw_bundles = doc.get("bundles")
+    if raw_bundles is None:
+        bundles = frozenset(stats)
+    else:
+        if not isinstance(raw_bundles, list):
+            raise InvalidReport("bundles", "must be a list of bundle names")
+        if len(raw_bundles) > MAX_BUNDLES_PER_REPORT:
+            raise InvalidReport("bundles", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
+        bundles = frozenset(
+            _bundle_name(b, f"bundles[{i}]") for i, b in enumerate(raw_bundles)
+        ) | frozenset(stats)
+    last_update = _count(doc.get("lastUpdate", 0), "lastUpdate")
+    version = doc.get("brokerVersionString") or ""
+    pulsar_url = doc.get("pulsarServiceUrl") or ""
+    if not isinstance(version, str) or not isinstance(pulsar_url, str):
+        raise InvalidReport("brokerVersionString", "must be a string")
+    return LocalBrokerData(
+        broker=broker,
+        bundles=bundles,
+        last_stats=MappingProxyType(stats),
+        last_update_ms=last_update,
+        web_service_url=web,
+        pulsar_service_url=pulsar_url,
+        broker_version=version,
+        **kw,
+    )
+
+
+def _resource_doc(r: ResourceUsage) -> dict[str, float]:
+    return {"usage": r.usage, "limit": r.limit}
+
+
+def report_to_dict(r: LocalBrokerData) -> dict[str, Any]:
+    """The report as Pulsar writes it (``LocalBrokerData`` JSON field names)."""
+    return {
+        "webServiceUrl": r.web_service_url,
+        "pulsarServiceUrl": r.pulsar_service_url,
+        "cpu": _resource_doc(r.cpu),
+        "memory": _resource_doc(r.memory),
+        "directMemory": _resource_doc(r.direct_memory),
+        "bandwidthIn": _resource_doc(r.bandwidth_in),
+        "bandwidthOut": _resource_doc(r.bandwidth_out),
+        "msgThroughputIn": r.msg_throughput_in,
+        "msgThroughputOut": r.msg_throughput_out,
+        "msgRateIn": r.msg_rate_in,
+        "msgRateOut": r.msg_rate_out,
+        "numTopics": r.num_topics,
+        "numBundles": r.num_bundles,
+        "numConsumers": r.num_consumers,
+        "numProducers": r.num_producers,
+        "bundles": sorted(r.bundles),
+        "lastStats": {
+            name: {
+                "msgRateIn": s.msg_rate_in,
+                "msgRateOut": s.msg_rate_out,
+                "msgThroughputIn": s.msg_throughput_in,
+                "msgThroughputOut": s.msg_throughput_out,
+                "topics": s.topics,
+                "consumerCount": s.consumer_count,
+                "producerCount": s.producer_count,
+            }
+            for name, s in sorted(r.last_stats.items())
+        },
+        "lastUpdate": r.last_update_ms,
+        "brokerVersionString": r.broker_version,
+        "loadReportType": "LocalBrokerData",
+    }
+
+
+def encode_report(r: LocalBrokerData) -> bytes:
+    return json.dumps(report_to_dict(r), separators=(",", ":")).encode()

@@ -1,0 +1,150 @@
+"""Time averages: Pulsar's ``TimeAverageMessageData``, ``BundleData``,
+``TimeAverageBrokerData`` and the broker's history-weighted usage.
+
+* ``TimeAverageMessageData.update``: ``n = min(n + 1, max_samples)``;
+  ``avg = ((n - 1) * avg + sample) / n`` - a cumulative mean until ``max_samples`` samples, then
+  an exponential average with weight ``1 / max_samples``.
+* ``BundleData``: 10 short-term and 1000 long-term samples (``NUM_SHORT_SAMPLES``,
+  ``NUM_LONG_SAMPLES`` in ``ModularLoadManagerImpl``); an unseen bundle starts from
+  ``DEFAULT_MESSAGE_RATE = 50`` msg/s and ``DEFAULT_MESSAGE_THROUGHPUT = 50000`` B/s in and out,
+  overwritten by its first real sample.
+* ``history_usage``: ``usage = h * prev + (1 - h) * current`` (ThresholdShedder /
+  ``BrokerLoadData.weightedMaxEMA``), seeded with the first reading (the fix of Pulsar #13119).
+* ``TimeAverageBrokerData``: sums of the broker's bundles' short and long term data.
+
+A sample is taken each time a report carrying the bundle arrives, so the windows are counted in
+reports, not seconds, exactly as in Pulsar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from loadbalance.model import NamespaceBundleStats
+
+NUM_SHORT_SAMPLES = 10
+NUM_LONG_SAMPLES = 1000
+DEFAULT_MESSAGE_RATE = 50.0
+DEFAULT_MESSAGE_THROUGHPUT = 50000.0
+
+
+@dataclass(frozen=True, slots=True)
+class TimeAverageMessageData:
+    """Averaged message rates and throughputs over a bounded number of samples."""
+
+    max_samples: int
+    num_samples: int = 0
+    msg_throughput_in: float = DEFAULT_MESSAGE_THROUGHPUT
+    msg_throughput_out: float = DEFAULT_MESSAGE_THROUGHPUT
+    msg_rate_in: float = DEFAULT_MESSAGE_RATE
+    msg_rate_out: float = DEFAULT_MESSAGE_RATE
+
+    def update(self, stats: NamespaceBundleStats) -> TimeAverageMessageData:
+        return self.update_values(
+            stats.msg_throughput_in,
+            stats.msg_throughput_out,
+            stats.msg_rate_in,
+            stats.msg_rate_out,
+        )
+
+    def update_values(
+        self, thr_in: float, thr_out: float, rate_in: float, rate_out: float
+    ) -> TimeAverageMessageData:
+        n = min(self.num_samples + 1, self.max_samples)
+        keep = n - 1
+
+        def avg(old: float, sample: float) -> float:
+            return (keep * old + sample) / n
+
+        return TimeAverageMessageData(
+            self.max_samples,
+            n,
+            avg(self.msg_throughput_in, thr_in),
+            avg(self.msg_throughput_out, thr_out),
+            avg(self.msg_rate_in, rate_in),
+            avg(self.msg_rate_out, rate_out),
+        )
+
+    @property
+    def msg_rate(self) -> float:
+        return self.msg_rate_in + self.msg_rate_out
+
+    @property
+    def msg_throughput(self) -> float:
+        return self.msg_throughput_in + self.msg_throughput_out
+
+
+@dataclass(frozen=True, slots=True)
+class BundleData:
+    """Short- and long-term averages of one bundle, plus its last topic count."""
+
+    short_term: TimeAverageMessageData = TimeAverageMessageData(NUM_SHORT_SAMPLES)
+    long_term: TimeAverageMessageData = TimeAverageMessageData(NUM_LONG_SAMPLES)
+    topics: int = 0
+
+    @classmethod
+    def new(cls) -> BundleData:
+        """Default data for a bundle never seen before (Pulsar's defaults)."""
+        return cls()
+
+    def update(self, stats: NamespaceBundleStats) -> BundleData:
+        return BundleData(self.short_term.update(stats), self.long_term.update(stats), stats.topics)
+
+
+def update_bundle_data(
+    data: BundleData | None, samples: Iterable[NamespaceBundleStats]
+) -> BundleData:
+    """Fold a sequence of samples into a bundle's data (``None`` = never seen)."""
+    out = data if data is not None else BundleData.new()
+    for s in samples:
+        out = out.update(s)
+    return out
+
+
+def history_usage(previous: float | None, current: float, history_percentage: float) -> float:
+    """History-weighted usage: the first reading as it is, then an EMA with weight ``h``."""
+    if previous is None:
+        return current
+    return previous * history_percentage + (1.0 - history_percentage) * current
+
+
+@dataclass(frozen=True, slots=True)
+class TimeAverageBrokerData:
+    """Sums of a broker's bundles' averages (Pulsar's ``TimeAverageBrokerData``)."""
+
+    short_term_msg_throughput_in: float = 0.0
+    short_term_msg_throughput_out: float = 0.0
+    short_term_msg_rate_in: float = 0.0
+    short_term_msg_rate_out: float = 0.0
+    long_term_msg_throughput_in: float = 0.0
+    long_term_msg_throughput_out: float = 0.0
+    long_term_msg_rate_in: float = 0.0
+    long_term_msg_rate_out: float = 0.0
+
+    @classmethod
+    def of(cls, bundles: Iterable[BundleData]) -> TimeAverageBrokerData:
+        s = [0.0] * 8
+        for b in bundles:
+            st, lt = b.short_term, b.long_term
+            s[0] += st.msg_throughput_in
+            s[1] += st.msg_throughput_out
+            s[2] += st.msg_rate_in
+            s[3] += st.msg_rate_out
+            s[4] += lt.msg_throughput_in
+            s[5] += lt.msg_throughput_out
+            s[6] += lt.msg_rate_in
+            s[7] += lt.msg_rate_out
+        return cls(*s)
+
+    @property
+    def long_term_msg_rate(self) -> float:
+        return self.long_term_msg_rate_in + self.long_term_msg_rate_out
+
+    @property
+    def short_term_msg_throughput(self) -> float:
+        return self.short_term_msg_throughput_in + self.short_term_msg_throughput_out
+
+    @property
+    def long_term_msg_throughput(self) -> float:
+        return self.long_term_msg_throughput_in + self.long_term_msg_throughput_out

@@ -1,0 +1,173 @@
+"""The averaged cluster view the policies read, and the pure fold that maintains it.
+
+``LoadState`` is what the leader of a Pulsar cluster keeps in memory between reports: the last
+report per broker, its history-weighted usage, and each bundle's ``BundleData``. ``ingest``
+folds one report into it (the same arithmetic the Spark job runs per key, vectorised, in
+``streaming/``); ``build_view`` turns it into a ``ClusterView`` for one policy cycle.
+
+Ownership in the view is what the brokers say they serve (their reports' ``bundles``), which is
+what Pulsar's shedders read too; the controller re-checks it against Redis before acting.
+Bundle data is kept when a bundle changes owner and dropped by ``forget_bundles`` when it is
+split or merged away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from loadbalance.bundles import NamespaceBundles
+from loadbalance.model import LocalBrokerData
+from loadbalance.time_average import BundleData, TimeAverageBrokerData, history_usage
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class UsageWeights:
+    """Resource weights of ``getMaxResourceUsageWithWeight`` (cpu, memory, direct, in, out)."""
+
+    cpu: float = 1.0
+    memory: float = 0.0
+    direct_memory: float = 0.0
+    bandwidth_in: float = 1.0
+    bandwidth_out: float = 1.0
+
+    def weighted_max(self, report: LocalBrokerData) -> float:
+        return report.max_resource_usage_with_weight_capped(
+            self.cpu, self.memory, self.direct_memory, self.bandwidth_in, self.bandwidth_out
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerView:
+    """One broker as the policies see it."""
+
+    report: LocalBrokerData
+    history_usage: float
+    msg_throughput_ema: float
+    time_average: TimeAverageBrokerData
+    updated_at_ms: int
+
+    @property
+    def broker(self) -> str:
+        return self.report.broker
+
+    @property
+    def bundles(self) -> frozenset[str]:
+        return self.report.bundles
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Everything one policy cycle reads; built fresh for every cycle."""
+
+    brokers: Mapping[str, BrokerView]
+    bundle_data: Mapping[str, BundleData]
+    namespaces: Mapping[str, NamespaceBundles] = field(default=_EMPTY)
+    recently_unloaded: Mapping[str, int] = field(default=_EMPTY)
+    preallocated: Mapping[str, Mapping[str, BundleData]] = field(default=_EMPTY)
+    topic_hashes: Mapping[str, tuple[int, ...]] = field(default=_EMPTY)
+
+    def owner_of(self, bundle: str) -> str | None:
+        for name, b in self.brokers.items():
+            if bundle in b.report.bundles:
+                return name
+        return None
+
+    def owners(self) -> dict[str, str]:
+        """bundle -> broker, from the reports."""
+        out: dict[str, str] = {}
+        for name in sorted(self.brokers):
+            for bundle in self.brokers[name].report.bundles:
+                out.setdefault(bundle, name)
+        return out
+
+    def bundle(self, name: str) -> BundleData:
+        """A bundle's averages, or Pulsar's defaults for a bundle never seen."""
+        data = self.bundle_data.get(name)
+        return data if data is not None else BundleData.new()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLoad:
+    """Per-broker history kept across reports."""
+
+    report: LocalBrokerData
+    history_usage: float
+    msg_throughput_ema: float
+    received_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadState:
+    """Cross-report state of the aggregation (per broker and per bundle)."""
+
+    brokers: Mapping[str, BrokerLoad] = field(default=_EMPTY)
+    bundles: Mapping[str, BundleData] = field(default=_EMPTY)
+
+
+def ingest(
+    state: LoadState,
+    report: LocalBrokerData,
+    *,
+    history_percentage: float,
+    weights: UsageWeights,
+    received_at_ms: int,
+) -> LoadState:
+    """Fold one report in: broker history usage, and one sample per bundle in ``lastStats``."""
+    prev = state.brokers.get(report.broker)
+    usage = history_usage(
+        prev.history_usage if prev else None, weights.weighted_max(report), history_percentage
+    )
+    thr = history_usage(
+        prev.msg_throughput_ema if prev else None, report.msg_throughput, history_percentage
+    )
+    brokers = dict(state.brokers)
+    brokers[report.broker] = BrokerLoad(report, usage, thr, received_at_ms)
+    bundles = dict(state.bundles)
+    for name, stats in report.last_stats.items():
+        data = bundles.get(name)
+        bundles[name] = (data if data is not None else BundleData.new()).update(stats)
+    return LoadState(MappingProxyType(brokers), MappingProxyType(bundles))
+
+
+def forget_brokers(state: LoadState, brokers: Iterable[str]) -> LoadState:
+    """Drop brokers that stopped reporting (their bundles' data is kept)."""
+    gone = set(brokers)
+    kept = {k: v for k, v in state.brokers.items() if k not in gone}
+    return replace(state, brokers=MappingProxyType(kept))
+
+
+def forget_bundles(state: LoadState, bundles: Iterable[str]) -> LoadState:
+    """Drop the data of bundles that were split or merged away."""
+    gone = set(bundles)
+    kept = {k: v for k, v in state.bundles.items() if k not in gone}
+    return replace(state, bundles=MappingProxyType(kept))
+
+
+def build_view(
+    state: LoadState,
+    *,
+    namespaces: Mapping[str, NamespaceBundles] | None = None,
+    recently_unloaded: Mapping[str, int] | None = None,
+    preallocated: Mapping[str, Mapping[str, BundleData]] | None = None,
+    topic_hashes: Mapping[str, tuple[int, ...]] | None = None,
+) -> ClusterView:
+    """Assemble the view for one cycle from the aggregation state."""
+    brokers: dict[str, BrokerView] = {}
+    default = BundleData.new()
+    for name, load in state.brokers.items():
+        ta = TimeAverageBrokerData.of(state.bundles.get(b, default) for b in load.report.bundles)
+        brokers[name] = BrokerView(
+            load.report, load.history_usage, load.msg_throughput_ema, ta, load.received_at_ms
+        )
+    return ClusterView(
+        brokers=MappingProxyType(brokers),
+        bundle_data=state.bundles,
+        namespaces=MappingProxyType(dict(namespaces or {})),
+        recently_unloaded=MappingProxyType(dict(recently_unloaded or {})),
+        preallocated=MappingProxyType({k: dict(v) for k, v in (preallocated or {}).items()}),
+        topic_hashes=MappingProxyType(dict(topic_hashes or {})),
+    )
