@@ -1,0 +1,223 @@
+"""One policy cycle over the averaged cluster view: split, shed, place, merge.
+
+``step(state, view, config, now_ms=..., cycle=...) -> (state, result)`` is the whole brain in one
+pure function, so the Spark job (per micro-batch), the fast simulator (per virtual tick) and
+``lbctl decide`` (once, offline) all run the same code and replay deterministically.
+
+What it mirrors, and where it differs from Pulsar:
+
+* Split runs every ``loadBalancerSplitIntervalMinutes`` (Pulsar's modular manager checks after
+  every report batch; the extensible one on this interval). Bundles chosen for a split are not
+  shed in the same cycle.
+* Shedding runs every ``loadBalancerSheddingIntervalMinutes`` with more than one broker, as
+  ``LoadSheddingTask``; bundles unloaded within ``loadBalancerSheddingGracePeriodMinutes`` are
+  passed to the shedder as ``recently_unloaded`` and never moved again inside the grace period.
+* Placement: when ``loadBalancerTransferEnabled`` is on, an UNLOAD from a modular shedder is
+  turned into a TRANSFER to the broker the configured placement strategy picks now (with
+  preallocation, so several bundles shed in one cycle do not herd onto one broker). Pulsar's
+  modular manager places the bundle later, on the next lookup, with the same strategy; choosing
+  here makes the destination visible in the decision and lets the controller move it in one step.
+  With transfer off, UNLOAD stays an unload and the controller places on lookup.
+* Merge (ours, off by default) runs with the split step and never touches a bundle another
+  decision of this cycle names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.decisions import (
+    MERGE,
+    SPLIT,
+    TRANSFER,
+    UNLOAD,
+    Decision,
+    Skip,
+    make_decision,
+)
+from loadbalance.merge_policy import find_bundles_to_merge
+from loadbalance.placement.pipeline import BrokerSelector
+from loadbalance.shedding.registry import make_shedder
+from loadbalance.split_policy import find_bundles_to_split
+from loadbalance.view import ClusterView, UsageWeights
+
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+MINUTE_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class CycleState:
+    """Cross-cycle state; everything a restart needs to continue where it stopped."""
+
+    last_shedding_ms: int | None = None
+    last_split_ms: int | None = None
+    shedder_state: Any = None
+    split_state: Any = None
+    placement_state: Any = None
+    recently_unloaded: Mapping[str, int] = field(default=_EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """Decisions and skips of one cycle, and which steps ran."""
+
+    decisions: tuple[Decision, ...] = ()
+    skips: tuple[Skip, ...] = ()
+    shedding_ran: bool = False
+    split_ran: bool = False
+
+
+def weights_from_config(config: LoadBalancerConfig) -> UsageWeights:
+    """The resource weights of ``getMaxResourceUsageWithWeight``."""
+    return UsageWeights(
+        cpu=config.load_balancer_cpu_resource_weight,
+        memory=config.load_balancer_memory_resource_weight,
+        direct_memory=config.load_balancer_direct_memory_resource_weight,
+        bandwidth_in=config.load_balancer_bandwidth_in_resource_weight,
+        bandwidth_out=config.load_balancer_bandwidth_out_resource_weight,
+    )
+
+
+def ingest_kwargs(config: LoadBalancerConfig) -> dict[str, Any]:
+    """Keyword arguments of ``loadbalance.view.ingest`` taken from the configuration."""
+    return {
+        "history_percentage": config.load_balancer_history_resource_percentage,
+        "weights": weights_from_config(config),
+    }
+
+
+def cycle_rng(cycle: str, seed: int = 0) -> random.Random:
+    """A generator seeded from the cycle key, stable across processes (unlike ``hash``)."""
+    digest = hashlib.sha256(f"{seed}:{cycle}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _due(last_ms: int | None, interval_minutes: float, now_ms: int) -> bool:
+    return last_ms is None or now_ms - last_ms >= interval_minutes * MINUTE_MS
+
+
+def _in_grace(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> dict[str, int]:
+    grace_ms = config.load_balancer_shedding_grace_period_minutes * MINUTE_MS
+    return {b: t for b, t in state.recently_unloaded.items() if now_ms - t < grace_ms}
+
+
+def step(
+    state: CycleState,
+    view: ClusterView,
+    config: LoadBalancerConfig,
+    *,
+    now_ms: int,
+    cycle: str,
+    seed: int = 0,
+) -> tuple[CycleState, CycleResult]:
+    """Run one cycle; see the module docstring for what runs when."""
+    decisions: list[Decision] = []
+    skips: list[Skip] = []
+    recent = _in_grace(state, config, now_ms)
+    view = replace(view, recently_unloaded=MappingProxyType(dict(recent)))
+    split_state, shedder_state = state.split_state, state.shedder_state
+    placement_state = state.placement_state
+    last_split, last_shed = state.last_split_ms, state.last_shedding_ms
+    split_ran = shedding_ran = False
+    if not config.load_balancer_enabled:
+        skips.append(Skip("LoadManager", "Disabled", detail="loadBalancerEnabled=false"))
+        return state, CycleResult((), tuple(skips))
+
+    busy: set[str] = set()
+    if _due(last_split, config.load_balancer_split_interval_minutes, now_ms):
+        split_ran, last_split = True, now_ms
+        if config.load_balancer_auto_bundle_split_enabled:
+            split_state, res = find_bundles_to_split(
+                view, config, split_state, now_ms=now_ms, cycle=cycle
+            )
+            decisions.extend(res.decisions)
+            skips.extend(res.skips)
+            busy.update(d.bundle for d in res.decisions)
+        if config.load_balancer_merge_enabled:
+            res = find_bundles_to_merge(view, config, now_ms=now_ms, cycle=cycle)
+            for d in res.decisions:
+                if d.bundle in busy or d.merge_bundle in busy:
+                    continue
+                decisions.append(d)
+                busy.update((d.bundle, d.merge_bundle or ""))
+            skips.extend(res.skips)
+
+    if _due(last_shed, config.load_balancer_shedding_interval_minutes, now_ms):
+        shedding_ran, last_shed = True, now_ms
+        shedder = make_shedder(config.shedding_strategy_name)
+        if shedder_state is None:
+            shedder_state = shedder.initial_state()
+        if not config.load_balancer_shedding_enabled:
+            skips.append(Skip(shedder.name, "Disabled", detail="loadBalancerSheddingEnabled=false"))
+        elif len(view.brokers) <= 1:
+            skips.append(Skip(shedder.name, "NoBrokers", detail="one broker or none"))
+        else:
+            shedder_state, res = shedder.find_bundles_for_unloading(
+                view, config, shedder_state, now_ms=now_ms, cycle=cycle
+            )
+            skips.extend(res.skips)
+            shed = [d for d in res.decisions if d.bundle not in busy]
+            placed, placement_state = _place(shed, view, config, placement_state, cycle, seed)
+            decisions.extend(placed)
+
+    for d in decisions:
+        if d.kind in (UNLOAD, TRANSFER, SPLIT):
+            recent[d.bundle] = now_ms
+        elif d.kind == MERGE:
+            recent[d.bundle] = now_ms
+            if d.merge_bundle:
+                recent[d.merge_bundle] = now_ms
+    new_state = CycleState(
+        last_shedding_ms=last_shed,
+        last_split_ms=last_split,
+        shedder_state=shedder_state,
+        split_state=split_state,
+        placement_state=placement_state,
+        recently_unloaded=MappingProxyType(recent),
+    )
+    return new_state, CycleResult(tuple(decisions), tuple(skips), shedding_ran, split_ran)
+
+
+def _place(
+    shed: list[Decision],
+    view: ClusterView,
+    config: LoadBalancerConfig,
+    placement_state: Any,
+    cycle: str,
+    seed: int,
+) -> tuple[list[Decision], Any]:
+    """Give modular shedders' unloads a destination when transfers are enabled."""
+    if not config.load_balancer_transfer_enabled or not any(d.kind == UNLOAD for d in shed):
+        return shed, placement_state
+    selector = BrokerSelector(view, config, cycle_rng(cycle, seed), strategy_state=placement_state)
+    out: list[Decision] = []
+    for d in shed:
+        if d.kind != UNLOAD:
+            out.append(d)
+            continue
+        dest = selector.select(d.bundle, exclude=(d.source_broker,) if d.source_broker else ())
+        if dest is None or dest == d.source_broker:
+            out.append(d)
+            continue
+        inputs = dict(d.inputs)
+        inputs["placementStrategy"] = config.placement_strategy_name
+        out.append(
+            make_decision(
+                cycle=cycle,
+                kind=TRANSFER,
+                bundle=d.bundle,
+                source_broker=d.source_broker,
+                destination_broker=dest,
+                reason=d.reason,
+                strategy=d.strategy,
+                inputs=inputs,
+                decided_at_ms=d.decided_at_ms,
+            )
+        )
+    return out, selector.strategy_state
