@@ -60,7 +60,7 @@ class CycleState:
     shedder_state: Any = None
     split_state: Any = None
     placement_state: Any = None
-    recently_unloaded: Mapping[str, int] = field(default=_EMPTY)
+    recently_unloaded: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)

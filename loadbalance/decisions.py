@@ -76,7 +76,7 @@ class Decision:
     merge_bundle: str | None = None
     reason: str = ""
     strategy: str = ""
-    inputs: Mapping[str, Scalar] = field(default=_EMPTY_INPUTS)
+    inputs: Mapping[str, Scalar] = field(default_factory=lambda: _EMPTY_INPUTS)
     cycle: str = ""
     decided_at_ms: int = 0
     schema_version: int = SCHEMA_VERSION

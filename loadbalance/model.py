@@ -74,7 +74,7 @@ class LocalBrokerData:
     num_consumers: int = 0
     num_producers: int = 0
     bundles: frozenset[str] = frozenset()
-    last_stats: Mapping[str, NamespaceBundleStats] = field(default=_EMPTY)
+    last_stats: Mapping[str, NamespaceBundleStats] = field(default_factory=lambda: _EMPTY)
     last_update_ms: int = 0
     web_service_url: str = ""
     pulsar_service_url: str = ""

@@ -65,10 +65,10 @@ class ClusterView:
 
     brokers: Mapping[str, BrokerView]
     bundle_data: Mapping[str, BundleData]
-    namespaces: Mapping[str, NamespaceBundles] = field(default=_EMPTY)
-    recently_unloaded: Mapping[str, int] = field(default=_EMPTY)
-    preallocated: Mapping[str, Mapping[str, BundleData]] = field(default=_EMPTY)
-    topic_hashes: Mapping[str, tuple[int, ...]] = field(default=_EMPTY)
+    namespaces: Mapping[str, NamespaceBundles] = field(default_factory=lambda: _EMPTY)
+    recently_unloaded: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    preallocated: Mapping[str, Mapping[str, BundleData]] = field(default_factory=lambda: _EMPTY)
+    topic_hashes: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: _EMPTY)
 
     def owner_of(self, bundle: str) -> str | None:
         for name, b in self.brokers.items():
@@ -104,8 +104,8 @@ class BrokerLoad:
 class LoadState:
     """Cross-report state of the aggregation (per broker and per bundle)."""
 
-    brokers: Mapping[str, BrokerLoad] = field(default=_EMPTY)
-    bundles: Mapping[str, BundleData] = field(default=_EMPTY)
+    brokers: Mapping[str, BrokerLoad] = field(default_factory=lambda: _EMPTY)
+    bundles: Mapping[str, BundleData] = field(default_factory=lambda: _EMPTY)
 
 
 def ingest(
