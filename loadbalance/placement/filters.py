@@ -1,0 +1,102 @@
+"""Broker filters that narrow the candidate set before a placement strategy scores it.
+
+Each filter mirrors one step of ``ModularLoadManagerImpl.selectBrokerForAssignment`` (helpers in
+Pulsar's ``LoadManagerShared``) and is a pure function from a candidate list to a smaller one.
+Candidates are always returned sorted, so that a seeded random choice downstream is reproducible
+regardless of dict order.
+
+* ``live_candidates``: only brokers present in the view (i.e. that report), minus the caller's
+  exclude list, minus brokers whose report is older than
+  ``loadBalancerBrokerLoadDataTTLInSeconds`` when the caller gives a ``now_ms``. Pulsar gets the
+  live set from its broker registry; here the view *is* the registry of reporting brokers.
+* ``filter_brokers_with_large_topic_count``: ``loadBalancerBrokerMaxTopics``, counting the topics
+  of preallocated bundles too; if every broker is over the limit the input is returned unchanged,
+  as Pulsar does, because refusing to place at all is worse than placing on a busy broker.
+* ``remove_most_servicing_brokers_for_namespace``: keep the brokers serving the fewest bundles of
+  the bundle's namespace (``loadBalancerDistributeBundlesEvenlyEnabled``). Counts include
+  preallocations, so several placements in one cycle spread over the namespace.
+
+Not modelled (no input for them in the view): namespace isolation policies, anti-affinity groups
+and failure domains, and the broker-version filter.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+
+from loadbalance.bundles import bundle_namespace
+from loadbalance.time_average import BundleData
+from loadbalance.view import ClusterView
+
+MS_PER_S = 1000
+
+
+def live_candidates(
+    view: ClusterView,
+    *,
+    exclude: Collection[str] = (),
+    now_ms: int | None = None,
+    load_data_ttl_s: float | None = None,
+) -> list[str]:
+    """Reporting brokers that may receive a bundle, sorted."""
+    excluded = set(exclude)
+    check_age = now_ms is not None and load_data_ttl_s is not None and load_data_ttl_s > 0
+    out = []
+    for name, broker in view.brokers.items():
+        if name in excluded:
+            continue
+        if check_age and now_ms - broker.updated_at_ms > load_data_ttl_s * MS_PER_S:
+            continue
+        out.append(name)
+    return sorted(out)
+
+
+def filter_brokers_with_large_topic_count(
+    candidates: Iterable[str],
+    view: ClusterView,
+    preallocated: Mapping[str, Mapping[str, BundleData]],
+    max_topics: int,
+) -> list[str]:
+    """Drop brokers whose reported plus preallocated topics exceed ``max_topics``.
+
+    Returns the input unchanged when every candidate is over the limit.
+    """
+    cands = sorted(candidates)
+    kept = []
+    for name in cands:
+        broker = view.brokers.get(name)
+        if broker is None:
+            continue
+        pre = preallocated.get(name, {})
+        total = broker.report.num_topics + sum(d.topics for d in pre.values())
+        if total <= max_topics:
+            kept.append(name)
+    return kept if kept else cands
+
+
+def namespace_bundle_counts(
+    view: ClusterView, preallocated: Mapping[str, Mapping[str, BundleData]]
+) -> dict[str, Counter[str]]:
+    """broker -> namespace -> number of bundles served or preallocated (Pulsar's
+    ``brokerToNamespaceToBundleRange``)."""
+    counts: dict[str, Counter[str]] = {}
+    for name, broker in view.brokers.items():
+        bundles = set(broker.report.bundles) | set(preallocated.get(name, {}))
+        counts[name] = Counter(bundle_namespace(b) for b in bundles)
+    return counts
+
+
+def remove_most_servicing_brokers_for_namespace(
+    bundle: str,
+    candidates: Iterable[str],
+    counts: Mapping[str, Mapping[str, int]],
+) -> list[str]:
+    """Keep only the candidates serving the fewest bundles of ``bundle``'s namespace."""
+    cands = sorted(candidates)
+    if not cands:
+        return cands
+    ns = bundle_namespace(bundle)
+    per = {b: counts.get(b, {}).get(ns, 0) for b in cands}
+    least = min(per.values())
+    return [b for b in cands if per[b] == least]

@@ -1,0 +1,175 @@
+"""Broker selection for bundle assignment: filters, strategy, overload re-check, preallocation.
+
+``BrokerSelector`` mirrors ``ModularLoadManagerImpl.selectBrokerForAssignment``. It is a small
+mutable object built for one cycle (or one batch of lookups) because placements inside a batch
+must see each other: that is the whole point of Pulsar's preallocation. Per ``select``:
+
+1. A bundle already preallocated to a live, non-excluded broker goes there again.
+2. Candidates are the reporting brokers minus ``exclude``; then the ``loadBalancerBrokerMaxTopics``
+   filter and, when ``loadBalancerDistributeBundlesEvenlyEnabled``, the fewest-bundles-of-this-
+   namespace filter. An empty result restores the full candidate set, as Pulsar does.
+3. The placement strategy picks a broker.
+4. If that broker's ``max_resource_usage()`` is above the overload threshold, the strategy runs
+   again on the full candidate set (the filters may have left only overloaded brokers).
+5. The bundle is recorded as preallocated on the chosen broker (with its ``BundleData``, or
+   Pulsar's defaults for a bundle never seen), so the next ``select`` counts it.
+
+Inherited preallocations (``view.preallocated``) are pruned on construction: entries of brokers
+that left the view, and bundles the broker's report already lists (Pulsar drops a preallocation
+once the broker reports the bundle, and keeping it would count the load twice). The caller
+persists ``preallocated`` and ``strategy_state`` between cycles.
+
+Deviation: Pulsar returns a preallocated broker even if it is the one being unloaded from; here
+``exclude`` always wins, and the bundle is placed anew.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from loadbalance.bundles import bundle_namespace
+from loadbalance.errors import InvalidInput
+from loadbalance.placement.base import PlacementStrategy
+from loadbalance.placement.filters import (
+    filter_brokers_with_large_topic_count,
+    live_candidates,
+    namespace_bundle_counts,
+    remove_most_servicing_brokers_for_namespace,
+)
+from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
+from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
+from loadbalance.placement.round_robin import RoundRobinBrokerSelector
+from loadbalance.time_average import BundleData
+from loadbalance.view import ClusterView
+
+if TYPE_CHECKING:
+    from loadbalance.config import LoadBalancerConfig
+
+_REGISTRY: dict[str, Callable[[], PlacementStrategy]] = {
+    LeastLongTermMessageRate.name: LeastLongTermMessageRate,
+    LeastResourceUsageWithWeight.name: LeastResourceUsageWithWeight,
+    RoundRobinBrokerSelector.name: RoundRobinBrokerSelector,
+}
+PLACEMENT_STRATEGIES = tuple(sorted(_REGISTRY))
+
+
+def make_placement(name: str) -> PlacementStrategy:
+    """A placement strategy by Pulsar's short class name (a fully qualified name also works)."""
+    short = name.rsplit(".", 1)[-1]
+    factory = _REGISTRY.get(short)
+    if factory is None:
+        known = ", ".join(PLACEMENT_STRATEGIES)
+        raise InvalidInput("loadBalancerLoadPlacementStrategy", f"unknown {name!r}; use {known}")
+    return factory()
+
+
+class BrokerSelector:
+    """Selects brokers for bundles during one cycle, remembering what it already placed."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        config: LoadBalancerConfig,
+        rng: random.Random,
+        strategy: PlacementStrategy | None = None,
+        strategy_state: Any = None,
+        *,
+        now_ms: int | None = None,
+    ) -> None:
+        self._view = view
+        self._config = config
+        self._rng = rng
+        self._strategy = strategy or make_placement(config.placement_strategy_name)
+        self._strategy_state = strategy_state
+        self._now_ms = now_ms
+        self._preallocated: dict[str, dict[str, BundleData]] = {}
+        self._bundle_to_broker: dict[str, str] = {}
+        for broker_name in sorted(view.preallocated):
+            broker = view.brokers.get(broker_name)
+            if broker is None:
+                continue
+            for bundle, data in view.preallocated[broker_name].items():
+                if bundle in broker.report.bundles or bundle in self._bundle_to_broker:
+                    continue
+                self._preallocated.setdefault(broker_name, {})[bundle] = data
+                self._bundle_to_broker[bundle] = broker_name
+        self._ns_counts = namespace_bundle_counts(view, self._preallocated)
+
+    @property
+    def strategy(self) -> PlacementStrategy:
+        return self._strategy
+
+    @property
+    def strategy_state(self) -> Any:
+        return self._strategy_state
+
+    @property
+    def preallocated(self) -> Mapping[str, Mapping[str, BundleData]]:
+        """broker -> {bundle: BundleData} placed but not yet reported (a read-only copy)."""
+        return MappingProxyType(
+            {b: MappingProxyType(dict(m)) for b, m in self._preallocated.items() if m}
+        )
+
+    def select(self, bundle: str, *, exclude: Collection[str] = ()) -> str | None:
+        """The broker ``bundle`` should go to, or ``None`` when no broker can take it."""
+        excluded = set(exclude)
+        previous = self._bundle_to_broker.get(bundle)
+        if previous is not None:
+            if previous in self._view.brokers and previous not in excluded:
+                return previous
+            self._forget(bundle, previous)
+
+        ttl_s = self._config.load_balancer_broker_load_data_ttl_in_seconds
+        full = live_candidates(
+            self._view, exclude=excluded, now_ms=self._now_ms, load_data_ttl_s=ttl_s
+        )
+        if not full:
+            return None
+        candidates = filter_brokers_with_large_topic_count(
+            full, self._view, self._preallocated, self._config.load_balancer_broker_max_topics
+        )
+        if self._config.load_balancer_distribute_bundles_evenly_enabled:
+            candidates = remove_most_servicing_brokers_for_namespace(
+                bundle, candidates, self._ns_counts
+            )
+        if not candidates:
+            candidates = full
+
+        data = self._view.bundle(bundle)
+        chosen = self._run_strategy(candidates, bundle, data)
+        if chosen is None:
+            return None
+        threshold = self._config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        if self._view.brokers[chosen].report.max_resource_usage() > threshold:
+            chosen = self._run_strategy(full, bundle, data) or chosen
+
+        self._preallocated.setdefault(chosen, {})[bundle] = data
+        self._bundle_to_broker[bundle] = chosen
+        self._ns_counts.setdefault(chosen, Counter())[bundle_namespace(bundle)] += 1
+        return chosen
+
+    def _run_strategy(self, candidates: list[str], bundle: str, data: BundleData) -> str | None:
+        self._strategy_state, chosen = self._strategy.select_broker(
+            candidates,
+            bundle,
+            data,
+            self._view,
+            self._preallocated,
+            self._config,
+            self._rng,
+            self._strategy_state,
+        )
+        if chosen is None or chosen not in candidates:
+            return None
+        return chosen
+
+    def _forget(self, bundle: str, broker: str) -> None:
+        self._bundle_to_broker.pop(bundle, None)
+        self._preallocated.get(broker, {}).pop(bundle, None)
+        counts = self._ns_counts.get(broker)
+        if counts is not None and counts[bundle_namespace(bundle)] > 0:
+            counts[bundle_namespace(bundle)] -= 1

@@ -1,0 +1,47 @@
+"""RoundRobinBrokerSelector: hand bundles to the candidates in turn.
+
+Mirrors Pulsar's ``org.apache.pulsar.broker.loadbalance.impl.RoundRobinBrokerSelector``: a counter
+that grows by one per selection, taken modulo the number of candidates. Pulsar keeps the counter
+in an ``AtomicInteger`` inside the strategy object; here it is the strategy state (an ``int``,
+``None`` meaning 0) that the caller persists across cycles, so a restart or an offline replay
+continues the rotation where it stopped.
+
+Deviation: candidates are sorted before indexing (Pulsar indexes the candidate set's iteration
+order), so the same counter always names the same broker. Load, overload and preallocation are
+ignored by design: this strategy is for tests and for operators who want a predictable spread.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from loadbalance.time_average import BundleData
+from loadbalance.view import ClusterView
+
+if TYPE_CHECKING:
+    from loadbalance.config import LoadBalancerConfig
+
+
+class RoundRobinBrokerSelector:
+    """Choose ``sorted(candidates)[counter % n]`` and advance the counter."""
+
+    name: ClassVar[str] = "RoundRobinBrokerSelector"
+
+    def select_broker(
+        self,
+        candidates: Sequence[str],
+        bundle: str,
+        bundle_data: BundleData,
+        view: ClusterView,
+        preallocated: Mapping[str, Mapping[str, BundleData]],
+        config: LoadBalancerConfig,
+        rng: random.Random,
+        state: Any,
+    ) -> tuple[Any, str | None]:
+        counter = int(state) if isinstance(state, int) else 0
+        ordered = sorted(set(candidates))
+        if not ordered:
+            return counter, None
+        return counter + 1, ordered[counter % len(ordered)]
