@@ -1,0 +1,181 @@
+"""One load measure for shedding *and* placement: projected resource usage per broker.
+
+Pulsar's classic pairs judge "loaded" twice, differently: ThresholdShedder unloads by weighted
+resource usage, LeastLongTermMessageRate places by message rate. A bundle shed for CPU can land
+on a broker that is low on messages but high on CPU (a small machine), and is shed again next
+cycle. LeastResourceUsageWithWeight fixes the mismatch but cannot count preallocated bundles,
+because a bundle has rates, not a usage percentage (the seed notes' argument), so a burst of
+lookups herds.
+
+This module closes that gap by turning a bundle's rates into a usage increase on a given broker:
+
+* **Work** of a bundle or broker: ``msgRateIn + msgRateOut + (msgThroughputIn + Out) / 1 KiB``,
+  i.e. messages per second plus kilobytes per second, the two things a broker spends CPU on.
+* **CPU**: each broker's absolute CPU usage (percent of one core, Pulsar's unit) per unit of
+  work is measured from its own report (``cpu_per_work``); a broker with too little work to
+  measure borrows the cluster's ratio. Moving work ``w`` from ``s`` to ``d`` changes CPU by
+  ``-w * k_s`` on ``s`` and ``+w * k_d`` on ``d``, each against its own limit, so a broker with
+  four times the cores takes four times the work for the same percentage.
+* **NIC**: bandwidth in and out move exactly with the bundle's throughput (KB/s against each
+  broker's limit).
+* Memory and direct memory are held constant (their weights are 0 by default in Pulsar).
+
+A broker's **load** is then Pulsar's ``getMaxResourceUsageWithWeight`` over the projected
+figures, so shedding, placement and the preallocation bookkeeping all speak the same number.
+The projection ignores idle CPU (it is counted as if proportional to work), which slightly
+overstates a bundle's cost: errors are small and the next report corrects them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from loadbalance.model import LocalBrokerData, NamespaceBundleStats
+from loadbalance.time_average import BundleData
+from loadbalance.view import ClusterView
+
+if TYPE_CHECKING:
+    from loadbalance.config import LoadBalancerConfig
+
+KBYTES = 1024.0
+_MIN_WORK = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BundleLoad:
+    """A bundle's rates as the projection needs them."""
+
+    msg_rate_per_s: float
+    throughput_in_bytes_per_s: float
+    throughput_out_bytes_per_s: float
+
+    @property
+    def work(self) -> float:
+        thr = self.throughput_in_bytes_per_s + self.throughput_out_bytes_per_s
+        return self.msg_rate_per_s + thr / KBYTES
+
+    @classmethod
+    def of_stats(cls, s: NamespaceBundleStats) -> BundleLoad:
+        return cls(s.msg_rate, s.msg_throughput_in, s.msg_throughput_out)
+
+    @classmethod
+    def of_data(cls, d: BundleData) -> BundleLoad:
+        """From a bundle's short-term averages (the freshest estimate when placing)."""
+        st = d.short_term
+        return cls(st.msg_rate, st.msg_throughput_in, st.msg_throughput_out)
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """The ``loadBalancer*ResourceWeight`` knobs."""
+
+    cpu: float = 1.0
+    memory: float = 0.0
+    direct_memory: float = 0.0
+    bandwidth_in: float = 1.0
+    bandwidth_out: float = 1.0
+
+    @classmethod
+    def of(cls, config: LoadBalancerConfig) -> Weights:
+        return cls(
+            config.load_balancer_cpu_resource_weight,
+            config.load_balancer_memory_resource_weight,
+            config.load_balancer_direct_memory_resource_weight,
+            config.load_balancer_bandwidth_in_resource_weight,
+            config.load_balancer_bandwidth_out_resource_weight,
+        )
+
+
+def _work_of(report: LocalBrokerData) -> float:
+    return report.msg_rate + report.msg_throughput / KBYTES
+
+
+@dataclass(slots=True)
+class BrokerUsage:
+    """One broker's projected absolute usage; mutated as moves are planned in one cycle."""
+
+    name: str
+    cpu_pct: float
+    cpu_limit_pct: float
+    in_kbytes_per_s: float
+    in_limit_kbytes_per_s: float
+    out_kbytes_per_s: float
+    out_limit_kbytes_per_s: float
+    memory_pct: float
+    direct_memory_pct: float
+    cpu_per_work: float
+
+    def load(self, w: Weights) -> float:
+        """Weighted max usage as a fraction, over the projected figures."""
+        return (
+            max(
+                _pct(self.cpu_pct, self.cpu_limit_pct) * w.cpu,
+                self.memory_pct * w.memory,
+                self.direct_memory_pct * w.direct_memory,
+                _pct(self.in_kbytes_per_s, self.in_limit_kbytes_per_s) * w.bandwidth_in,
+                _pct(self.out_kbytes_per_s, self.out_limit_kbytes_per_s) * w.bandwidth_out,
+            )
+            / 100.0
+        )
+
+    def shifted(self, b: BundleLoad, sign: float) -> BrokerUsage:
+        """A copy with the bundle added (``sign=1``) or removed (``sign=-1``)."""
+        return BrokerUsage(
+            self.name,
+            max(self.cpu_pct + sign * b.work * self.cpu_per_work, 0.0),
+            self.cpu_limit_pct,
+            max(self.in_kbytes_per_s + sign * b.throughput_in_bytes_per_s / KBYTES, 0.0),
+            self.in_limit_kbytes_per_s,
+            max(self.out_kbytes_per_s + sign * b.throughput_out_bytes_per_s / KBYTES, 0.0),
+            self.out_limit_kbytes_per_s,
+            self.memory_pct,
+            self.direct_memory_pct,
+            self.cpu_per_work,
+        )
+
+
+def _pct(usage: float, limit: float) -> float:
+    return usage / limit * 100.0 if limit > 0 else 0.0
+
+
+class UsageModel:
+    """Projected usage of every broker in a view; ``add``/``remove`` plan moves."""
+
+    def __init__(self, view: ClusterView, weights: Weights) -> None:
+        self.weights = weights
+        reports = [view.brokers[n].report for n in sorted(view.brokers)]
+        total_cpu = sum(r.cpu.usage for r in reports)
+        total_work = sum(_work_of(r) for r in reports)
+        cluster_k = total_cpu / total_work if total_work > _MIN_WORK else 0.0
+        self.brokers: dict[str, BrokerUsage] = {}
+        for r in reports:
+            work = _work_of(r)
+            k = r.cpu.usage / work if work > _MIN_WORK * 100 else cluster_k
+            self.brokers[r.broker] = BrokerUsage(
+                r.broker,
+                r.cpu.usage,
+                r.cpu.limit,
+                r.bandwidth_in.usage,
+                r.bandwidth_in.limit,
+                r.bandwidth_out.usage,
+                r.bandwidth_out.limit,
+                r.memory.percent_usage(),
+                r.direct_memory.percent_usage(),
+                k,
+            )
+
+    def load(self, broker: str) -> float:
+        return self.brokers[broker].load(self.weights)
+
+    def load_if_added(self, broker: str, b: BundleLoad) -> float:
+        return self.brokers[broker].shifted(b, 1.0).load(self.weights)
+
+    def load_if_removed(self, broker: str, b: BundleLoad) -> float:
+        return self.brokers[broker].shifted(b, -1.0).load(self.weights)
+
+    def add(self, broker: str, b: BundleLoad) -> None:
+        self.brokers[broker] = self.brokers[broker].shifted(b, 1.0)
+
+    def remove(self, broker: str, b: BundleLoad) -> None:
+        self.brokers[broker] = self.brokers[broker].shifted(b, -1.0)
