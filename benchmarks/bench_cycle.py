@@ -1,0 +1,218 @@
+"""Decision speed: one policy cycle over 100,000 bundles on 20 brokers.
+
+AutoMQ reports about 200 ms to decide over 100k partitions on 20 brokers; this script times the
+same shape of problem for our pure core, per shedder:
+
+* **ingest**: folding the 20 brokers' reports (5,000 bundles each, all in ``lastStats``) into the
+  ``LoadState`` with ``loadbalance.view.ingest`` (the part the Spark job does per key);
+* **build_view**: assembling the ``ClusterView`` for one cycle;
+* **step**: ``loadbalance.cycle.step`` = split + shedding + placement of the shed bundles (merge
+  off, as by default).
+
+Every figure is wall time from ``time.perf_counter`` loops (no pytest), several repetitions,
+reported as median and p90 in milliseconds. The cluster is synthetic and seeded: Zipf-skewed
+bundle rates, a few bundles over the split threshold, and broker usage spread from ~35 % to
+~95 % so every shedder has work to do. Stateful shedders (TransferShedder's hit count) are primed
+with warm-up cycles first; each timed repetition restarts from that primed state.
+
+Run: ``.venv/bin/python benchmarks/bench_cycle.py [--bundles 100000] [--brokers 20] [--reps 7]``
+(add ``--profile SHEDDER`` to print a pyinstrument profile of one step, when installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadbalance.bundles import NamespaceBundles
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import CycleState, ingest_kwargs, step
+from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+from loadbalance.view import LoadState, build_view, ingest
+
+MINUTE_MS = 60_000
+_IMPL = "org.apache.pulsar.broker.loadbalance.impl."
+SHEDDERS = {
+    "ThresholdShedder": (_IMPL + "ThresholdShedder", _IMPL + "LeastLongTermMessageRate"),
+    "UniformLoadShedder": (_IMPL + "UniformLoadShedder", _IMPL + "LeastLongTermMessageRate"),
+    "OverloadShedder": (_IMPL + "OverloadShedder", _IMPL + "LeastLongTermMessageRate"),
+    "TransferShedder": (
+        "org.apache.pulsar.broker.loadbalance.extensions.scheduler.TransferShedder",
+        _IMPL + "LeastResourceUsageWithWeight",
+    ),
+    "ProjectedUsageShedder": ("ProjectedUsageShedder", "LeastProjectedUsage"),
+}
+
+
+def synthetic_reports(
+    n_bundles: int, n_brokers: int, seed: int, now_ms: int
+) -> dict[str, LocalBrokerData]:
+    """20 brokers' reports over ``n_bundles`` bundles in 20 namespaces (seeded)."""
+    rng = random.Random(seed)
+    n_ns = 20
+    per_ns = n_bundles // n_ns
+    names = [
+        b
+        for i in range(n_ns)
+        for b in NamespaceBundles.initial(f"bench/ns-{i}", per_ns).bundle_names
+    ]
+    brokers = [f"broker-{i:02d}" for i in range(n_brokers)]
+    owned: dict[str, list[str]] = {b: [] for b in brokers}
+    for i, name in enumerate(names):
+        owned[brokers[i % n_brokers]].append(name)
+    out: dict[str, LocalBrokerData] = {}
+    for k, broker in enumerate(brokers):
+        stats: dict[str, NamespaceBundleStats] = {}
+        for j, name in enumerate(owned[broker]):
+            rate = 20.0 / (1 + (j % 97)) ** 0.7 * rng.uniform(0.5, 1.5)
+            if j < 2 and k < 3:
+                rate = 20_000.0
+            stats[name] = NamespaceBundleStats(
+                msg_rate_in=rate,
+                msg_rate_out=rate,
+                msg_throughput_in=rate * 1024,
+                msg_throughput_out=rate * 1024,
+                topics=3,
+                consumer_count=1,
+                producer_count=1,
+            )
+        usage_pct = 35.0 + 60.0 * k / max(n_brokers - 1, 1)
+        ri = sum(s.msg_rate_in for s in stats.values())
+        out[broker] = LocalBrokerData(
+            broker=broker,
+            cpu=ResourceUsage(usage_pct * 8, 800.0),
+            memory=ResourceUsage(2048.0, 8192.0),
+            bandwidth_in=ResourceUsage(ri, 1_250_000.0),
+            bandwidth_out=ResourceUsage(ri, 1_250_000.0),
+            msg_rate_in=ri,
+            msg_rate_out=ri,
+            msg_throughput_in=ri * 1024,
+            msg_throughput_out=ri * 1024,
+            num_topics=3 * len(stats),
+            num_bundles=len(stats),
+            bundles=frozenset(stats),
+            last_stats=stats,
+            last_update_ms=now_ms,
+        )
+    return out
+
+
+def _timed(fn: Callable[[], Any], reps: int) -> tuple[list[float], Any]:
+    samples, result = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        result = fn()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    return samples, result
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    return {
+        "median_ms": round(statistics.median(s), 1),
+        "p90_ms": round(s[min(len(s) - 1, round(0.9 * (len(s) - 1)))], 1),
+    }
+
+
+def _register_ours() -> None:
+    try:
+        from producers.scoreboard import register_local_strategies
+    except ImportError:
+        return
+    register_local_strategies()
+
+
+def run(n_bundles: int, n_brokers: int, reps: int, shedders: list[str]) -> dict[str, Any]:
+    _register_ours()
+    now = 10 * MINUTE_MS
+    reports = synthetic_reports(n_bundles, n_brokers, 1, now)
+    base = LoadBalancerConfig()
+    kw = ingest_kwargs(base)
+
+    def fold(state: LoadState) -> LoadState:
+        for name in sorted(reports):
+            state = ingest(state, reports[name], received_at_ms=now, **kw)
+        return state
+
+    primed = fold(LoadState())
+    ingest_ms, state = _timed(lambda: fold(primed), reps)
+    view_ms, view = _timed(lambda: build_view(state), reps)
+    out: dict[str, Any] = {
+        "bundles": sum(len(r.bundles) for r in reports.values()),
+        "brokers": n_brokers,
+        "reps": reps,
+        "ingest": _summary(ingest_ms),
+        "build_view": _summary(view_ms),
+        "step": {},
+    }
+    for name in shedders:
+        shedder, placement = SHEDDERS[name]
+        config = LoadBalancerConfig(
+            loadBalancerLoadSheddingStrategy=shedder,
+            loadBalancerLoadPlacementStrategy=placement,
+        )
+        cstate, t = CycleState(), now
+        for i in range(config.load_balancer_shedding_condition_hit_count_threshold):
+            cstate, _ = step(cstate, view, config, now_ms=t, cycle=f"warm-{i}")
+            cstate = CycleState(shedder_state=cstate.shedder_state)
+            t += MINUTE_MS
+        pre, at = cstate, t
+        samples, (_, result) = _timed(
+            lambda pre=pre, at=at, config=config: step(pre, view, config, now_ms=at, cycle="b"),
+            reps,
+        )
+        kinds: dict[str, int] = {}
+        for d in result.decisions:
+            kinds[d.kind] = kinds.get(d.kind, 0) + 1
+        out["step"][name] = {**_summary(samples), "decisions": kinds}
+    return out
+
+
+def profile(n_bundles: int, n_brokers: int, shedder: str) -> None:
+    from pyinstrument import Profiler
+
+    _register_ours()
+    now = 10 * MINUTE_MS
+    reports = synthetic_reports(n_bundles, n_brokers, 1, now)
+    config = LoadBalancerConfig(
+        loadBalancerLoadSheddingStrategy=SHEDDERS[shedder][0],
+        loadBalancerLoadPlacementStrategy=SHEDDERS[shedder][1],
+    )
+    state = LoadState()
+    prof = Profiler()
+    prof.start()
+    for name in sorted(reports):
+        state = ingest(state, reports[name], received_at_ms=now, **ingest_kwargs(config))
+    view = build_view(state)
+    step(CycleState(), view, config, now_ms=now, cycle="p")
+    prof.stop()
+    print(prof.output_text(unicode=False, color=False, show_all=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bundles", type=int, default=100_000)
+    p.add_argument("--brokers", type=int, default=20)
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--shedders", default=",".join(SHEDDERS))
+    p.add_argument("--profile", default=None, help="profile one step of this shedder")
+    args = p.parse_args(argv)
+    if args.profile:
+        profile(args.bundles, args.brokers, args.profile)
+        return 0
+    res = run(args.bundles, args.brokers, args.reps, args.shedders.split(","))
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""Fast mode: the closed loop in one process, thousands of cycles per second of virtual time.
+
+This is the imperative shell around the pure model (``producers.sim_model``) and the pure policy
+core (``loadbalance``). One **cycle** is one report interval of virtual time, one minute by
+default (``tick_seconds`` in the scenario): Pulsar samples host usage every minute
+(``loadBalancerHostUsageCheckIntervalMinutes``) and sheds every minute
+(``loadBalancerSheddingIntervalMinutes``), so a minute is the finest step at which the policies
+can see a change. Time averages count reports, so the short-term window is 10 cycles here.
+
+Per cycle, in this order (what a Pulsar cluster with our controller does):
+
+1. Scenario events: brokers join, leave gracefully (their bundles become unowned), crash (their
+   bundles stay unserved until the ownership lease expires), or restart.
+2. Lookups: every unowned bundle with topics is placed by ``BrokerSelector`` over the last view,
+   with preallocation carried across cycles, exactly as the controller places on lookup.
+3. Every live broker reports (``sim_model.reports_at``) from the bundles it owns now.
+4. Reports are folded with ``loadbalance.view.ingest`` and ``build_view`` makes the view.
+5. ``loadbalance.cycle.step`` decides; its wall time is the policy's compute time.
+6. Decisions are applied to the in-memory ownership map and boundaries: a transfer changes the
+   owner, an unload frees the bundle for the next lookup, a split replaces the parent by unowned
+   children, a merge gives the union to the common owner.
+
+The runner records per-cycle broker usage (the weighted max resource usage the shedders read)
+and every bundle move, so ``producers.scoreboard`` can score balance quality.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadbalance.bundles import BundleRange, NamespaceBundles, bundle_namespace, parse_bundle
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import CycleState, cycle_rng, ingest_kwargs, step, weights_from_config
+from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
+from loadbalance.errors import InvalidBundle
+from loadbalance.model import LocalBrokerData
+from loadbalance.placement.pipeline import BrokerSelector
+from loadbalance.view import ClusterView, LoadState, build_view, forget_brokers, forget_bundles
+from loadbalance.view import ingest as ingest_report
+from producers.scenarios import (
+    ADD_BROKERS,
+    CRASH,
+    REMOVE_BROKERS,
+    RESTART,
+    Scenario,
+    initial_owners,
+)
+from producers.sim_model import reports_at
+
+MINUTE_MS = 60_000
+_DOWN, _UP, _CRASH, _EXPIRE = "down", "up", "crash", "expire"
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A bundle that changed owner because of a shedding decision (not a lookup placement)."""
+
+    cycle: int
+    bundle: str
+    source: str
+    destination: str
+    kind: str
+    oscillation: bool
+
+
+@dataclass
+class SimRun:
+    """Everything one fast-mode run recorded."""
+
+    scenario: str
+    seed: int
+    cycles: int
+    usage: list[dict[str, float]] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    splits: int = 0
+    merges: int = 0
+    policy_ms: list[float] = field(default_factory=list)
+    view_ms: list[float] = field(default_factory=list)
+    displaced: set[str] = field(default_factory=set)
+    joined: dict[str, int] = field(default_factory=dict)
+    event_cycles: list[int] = field(default_factory=list)
+    reports: list[dict[str, LocalBrokerData]] = field(default_factory=list)
+
+
+def make_config(
+    scenario: Scenario, overrides: Mapping[str, Any] | None = None
+) -> LoadBalancerConfig:
+    """Defaults, then the scenario's knobs, then the caller's (e.g. a strategy pair's)."""
+    return LoadBalancerConfig(**{**dict(scenario.config), **dict(overrides or {})})
+
+
+def _schedule(scenario: Scenario, lease_cycles: int) -> dict[int, list[tuple[str, str]]]:
+    out: dict[int, list[tuple[str, str]]] = {}
+    for e in scenario.events:
+        if e.kind == ADD_BROKERS:
+            for b in e.brokers:
+                out.setdefault(e.at_cycle, []).append((_UP, b.name))
+        elif e.kind == REMOVE_BROKERS:
+            for name in e.names:
+                out.setdefault(e.at_cycle, []).append((_DOWN, name))
+        elif e.kind == CRASH:
+            for name in e.names:
+                out.setdefault(e.at_cycle, []).append((_CRASH, name))
+                out.setdefault(e.at_cycle + lease_cycles, []).append((_EXPIRE, name))
+        elif e.kind == RESTART:
+            for i, name in enumerate(e.names):
+                at = e.at_cycle + i * e.every_cycles
+                out.setdefault(at, []).append((_DOWN, name))
+                out.setdefault(at + e.down_cycles, []).append((_UP, name))
+    return out
+
+
+class FastSim:
+    """One scenario under one configuration; ``run()`` plays it and returns a ``SimRun``."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        config: LoadBalancerConfig,
+        *,
+        seed: int = 0,
+        keep_reports: bool = False,
+    ) -> None:
+        self.scenario = scenario
+        self.config = config
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.keep_reports = keep_reports
+        self.tick_ms = scenario.tick_ms
+        self.namespaces: dict[str, NamespaceBundles] = dict(scenario.namespaces)
+        self.owners: dict[str, str] = initial_owners(scenario, self.rng)
+        self.live: set[str] = set(scenario.initial_brokers)
+        self.load = LoadState()
+        self.cycle_state = CycleState()
+        self.view: ClusterView | None = None
+        self.preallocated: Mapping[str, Mapping[str, Any]] = {}
+        self.lookup_state: Any = None
+        self.weights = weights_from_config(config)
+        self._ingest = ingest_kwargs(config)
+        lease_s = float(getattr(config, "load_balancer_ownership_lease_ttl_seconds", 30))
+        self.lease_cycles = max(1, -(-int(lease_s * 1000) // self.tick_ms))
+        grace_ms = config.load_balancer_shedding_grace_period_minutes * MINUTE_MS
+        self.grace_cycles = max(1, int(grace_ms // self.tick_ms))
+        self.schedule = _schedule(scenario, self.lease_cycles)
+        self._unloaded_from: dict[str, str] = {}
+        self._history: dict[str, tuple[str, int]] = {}
+        self.run_data = SimRun(scenario.name, seed, 0)
+        self.run_data.event_cycles = sorted(self.schedule)
+
+    # --- events and lookups ------------------------------------------------------------------
+
+    def _apply_events(self, cycle: int) -> None:
+        for action, name in self.schedule.get(cycle, ()):
+            if action == _UP:
+                self.live.add(name)
+                self.run_data.joined[name] = cycle
+            elif action in (_DOWN, _CRASH):
+                self.live.discard(name)
+                self.load = forget_brokers(self.load, [name])
+                self.preallocated = {b: m for b, m in self.preallocated.items() if b != name}
+                if action == _DOWN:
+                    self._free_bundles_of(name)
+            elif action == _EXPIRE and name not in self.live:
+                self._free_bundles_of(name)
+
+    def _free_bundles_of(self, broker: str) -> None:
+        gone = [b for b, o in self.owners.items() if o == broker]
+        for b in gone:
+            del self.owners[b]
+        self.run_data.displaced.update(gone)
+
+    def _lookups(self, cycle: int) -> None:
+        if self.view is None or not self.view.brokers:
+            return
+        unowned = [
+            b
+            for ns in sorted(self.namespaces)
+            for b, agg in self.scenario.model.bundle_base(self.namespaces[ns]).items()
+            if b not in self.owners and agg.topics > 0
+        ]
+        if not unowned:
+            return
+        view = self.view
+        if any(b not in self.live for b in view.brokers):
+            gone = [b for b in view.brokers if b not in self.live]
+            view = build_view(
+                forget_brokers(self.load, gone),
+                namespaces=self.namespaces,
+                preallocated=self.preallocated,
+            )
+        else:
+            view = ClusterView(
+                brokers=view.brokers,
+                bundle_data=view.bundle_data,
+                namespaces=view.namespaces,
+                recently_unloaded=view.recently_unloaded,
+                preallocated=self.preallocated,
+                topic_hashes=view.topic_hashes,
+            )
+        selector = BrokerSelector(
+            view,
+            self.config,
+            cycle_rng(f"{self.scenario.name}:lookup:{cycle}", self.seed),
+            strategy_state=self.lookup_state,
+        )
+        for bundle in sorted(unowned):
+            dest = selector.select(bundle)
+            if dest is None:
+                continue
+            self.owners[bundle] = dest
+            source = self._unloaded_from.pop(bundle, None)
+            if source is not None:
+                self._record_move(cycle, bundle, source, dest, UNLOAD)
+        self.lookup_state = selector.strategy_state
+        self.preallocated = selector.preallocated
+
+    # --- decisions -----------------------------------------------------------------------------
+
+    def _record_move(self, cycle: int, bundle: str, source: str, dest: str, kind: str) -> None:
+        prev = self._history.get(bundle)
+        oscillation = dest == source
+        if prev is not None:
+            before, at = prev
+            oscillation = oscillation or cycle - at < self.grace_cycles or dest == before
+        self._history[bundle] = (source, cycle)
+        self.run_data.moves.append(Move(cycle, bundle, source, dest, kind, oscillation))
+
+    def _apply(self, d: Decision, cycle: int) -> None:
+        if d.kind == TRANSFER:
+            dest = d.destination_broker
+            if self.owners.get(d.bundle) == d.source_broker and dest in self.live:
+                self.owners[d.bundle] = dest
+                self._record_move(cycle, d.bundle, d.source_broker or "", dest, TRANSFER)
+        elif d.kind == UNLOAD:
+            if d.source_broker and self.owners.get(d.bundle) == d.source_broker:
+                del self.owners[d.bundle]
+                self._unloaded_from[d.bundle] = d.source_broker
+        elif d.kind == SPLIT:
+            ns_name = bundle_namespace(d.bundle)
+            try:
+                self.namespaces[ns_name] = self.namespaces[ns_name].split(
+                    d.bundle, d.split_boundaries
+                )
+            except (InvalidBundle, KeyError):
+                return
+            self.owners.pop(d.bundle, None)
+            self.load = forget_bundles(self.load, [d.bundle])
+            self.run_data.splits += 1
+        elif d.kind == MERGE and d.merge_bundle:
+            self._merge(d.bundle, d.merge_bundle)
+
+    def _merge(self, first: str, second: str) -> None:
+        ns_name = bundle_namespace(first)
+        ns = self.namespaces.get(ns_name)
+        if ns is None or not (ns.contains(first) and ns.contains(second)):
+            return
+        owner = self.owners.get(first)
+        if owner is None or owner != self.owners.get(second):
+            return
+        a, b = sorted((parse_bundle(first), parse_bundle(second)))
+        self.namespaces[ns_name] = ns.merge(a, b)
+        del self.owners[first], self.owners[second]
+        self.owners[BundleRange(ns_name, a.lower, b.upper).name] = owner
+        self.load = forget_bundles(self.load, [first, second])
+        self.run_data.merges += 1
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def tick(self, cycle: int) -> None:
+        """Play one cycle of virtual time."""
+        now_ms = cycle * self.tick_ms
+        self._apply_events(cycle)
+        t0 = time.perf_counter()
+        self._lookups(cycle)
+        lookup_ms = (time.perf_counter() - t0) * 1000.0
+        reports, _ = reports_at(
+            self.scenario.model, self.namespaces, self.owners, sorted(self.live), now_ms, self.rng
+        )
+        t1 = time.perf_counter()
+        for name in sorted(reports):
+            self.load = ingest_report(
+                self.load, reports[name], received_at_ms=now_ms, **self._ingest
+            )
+        self.view = build_view(
+            self.load,
+            namespaces=self.namespaces,
+            recently_unloaded=self.cycle_state.recently_unloaded,
+            preallocated=self.preallocated,
+        )
+        t2 = time.perf_counter()
+        self.cycle_state, result = step(
+            self.cycle_state,
+            self.view,
+            self.config,
+            now_ms=now_ms,
+            cycle=f"{self.scenario.name}:{cycle}",
+            seed=self.seed,
+        )
+        t3 = time.perf_counter()
+        run = self.run_data
+        run.view_ms.append((t2 - t1) * 1000.0)
+        run.policy_ms.append((t3 - t2) * 1000.0 + lookup_ms)
+        run.usage.append({b: self.weights.weighted_max(r) for b, r in reports.items()})
+        if self.keep_reports:
+            run.reports.append(reports)
+        for d in result.decisions:
+            run.decisions.append(d)
+            self._apply(d, cycle)
+        run.cycles = cycle + 1
+
+    def run(self, cycles: int | None = None) -> SimRun:
+        for c in range(self.scenario.cycles if cycles is None else cycles):
+            self.tick(c)
+        return self.run_data
+
+
+def simulate(
+    scenario: Scenario,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    cycles: int | None = None,
+    keep_reports: bool = False,
+) -> SimRun:
+    """Run one scenario in fast mode under the defaults plus ``overrides``."""
+    sim = FastSim(scenario, make_config(scenario, overrides), seed=seed, keep_reports=keep_reports)
+    return sim.run(cycles)

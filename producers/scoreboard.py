@@ -1,0 +1,390 @@
+"""``lbctl bench balance``: every scenario, every strategy pair, one balance-quality table.
+
+Each (scenario, pair) runs in fast mode with the same seed, so the pairs see the same world and
+the same starting ownership; only the policies differ. What is scored, and why:
+
+* **cycles to balance**: cycles after the last disturbance until the busiest broker is within
+  1.10 x the mean usage (Cruise Control's default balance threshold) and stays there for
+  5 cycles. ``never`` when that does not happen before the run ends.
+* **moves / splits / oscillations**: bundle moves made by shedding decisions (lookups of freed
+  bundles are not moves), splits, and moves that undo recent work: the bundle moved again inside
+  ``loadBalancerSheddingGracePeriodMinutes``, or went back to the broker it had just left.
+* **useful / churn** (Cruise Control's verifier, in spirit): on scale-out or after a restart only
+  moves onto the joining brokers are useful; after a scale-in or crash only displaced bundles
+  should move, so moves of other bundles count as churn.
+* **peak after event**: the highest broker usage seen after the first event (herding shows here).
+* **end MAD**: mean absolute deviation of broker usage over the last 5 cycles, in points.
+* **policy ms**: wall time of ``cycle.step`` plus lookups per cycle (the pure core only).
+
+Outputs go to ``--out``: ``balance.json``, ``balance.md`` and ``balance.png`` (max and mean broker
+usage over time, one panel per scenario, one colour per pair).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from producers.fast_sim import SimRun, simulate
+from producers.scenarios import ADD_BROKERS, CRASH, REMOVE_BROKERS, RESTART, load_scenario
+
+BALANCE_RATIO = 1.10
+HOLD_CYCLES = 5
+_IMPL = "org.apache.pulsar.broker.loadbalance.impl."
+_EXT = "org.apache.pulsar.broker.loadbalance.extensions.scheduler."
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyPair:
+    """A shedder and a placement strategy, with any knobs the pair needs."""
+
+    key: str
+    label: str
+    overrides: Mapping[str, Any]
+    pulsar: bool = True
+
+
+def _pair(key: str, label: str, shedder: str, placement: str, **knobs: Any) -> StrategyPair:
+    return StrategyPair(
+        key,
+        label,
+        {
+            "loadBalancerLoadSheddingStrategy": shedder,
+            "loadBalancerLoadPlacementStrategy": _IMPL + placement,
+            **knobs,
+        },
+    )
+
+
+PAIRS: dict[str, StrategyPair] = {
+    p.key: p
+    for p in (
+        _pair(
+            "classic",
+            "ThresholdShedder + LeastLongTermMessageRate",
+            _IMPL + "ThresholdShedder",
+            "LeastLongTermMessageRate",
+        ),
+        _pair(
+            "uniform",
+            "UniformLoadShedder + LeastLongTermMessageRate",
+            _IMPL + "UniformLoadShedder",
+            "LeastLongTermMessageRate",
+        ),
+        _pair(
+            "overload",
+            "OverloadShedder + LeastLongTermMessageRate",
+            _IMPL + "OverloadShedder",
+            "LeastLongTermMessageRate",
+        ),
+        _pair(
+            "extensible",
+            "TransferShedder + LeastResourceUsageWithWeight",
+            _EXT + "TransferShedder",
+            "LeastResourceUsageWithWeight",
+        ),
+        StrategyPair(
+            "ours",
+            "ProjectedUsageShedder + LeastProjectedUsage",
+            {
+                "loadBalancerLoadSheddingStrategy": "ProjectedUsageShedder",
+                "loadBalancerLoadPlacementStrategy": "LeastProjectedUsage",
+                "loadBalancerDistributeBundlesEvenlyEnabled": False,
+            },
+            pulsar=False,
+        ),
+    )
+}
+PULSAR_PAIR_KEYS = ("classic", "uniform", "overload", "extensible")
+ALL_PAIR_KEYS = (*PULSAR_PAIR_KEYS, "ours")
+OUR_PAIR_KEY = "ours"
+
+
+@dataclass(frozen=True)
+class Score:
+    """One row of the scoreboard."""
+
+    scenario: str
+    pair: str
+    label: str
+    cycles: int
+    balanced_after: int | None
+    moves: int
+    splits: int
+    oscillations: int
+    useful: int | None
+    churn: int | None
+    peak_after_event_pct: float | None
+    end_mad_pct: float
+    end_max_over_mean: float
+    policy_ms_mean: float
+    policy_ms_p90: float
+    series_max_pct: list[float] = field(default_factory=list, repr=False)
+    series_mean_pct: list[float] = field(default_factory=list, repr=False)
+
+
+def _ratio(usage: Mapping[str, float]) -> float:
+    if not usage:
+        return float("inf")
+    mean = sum(usage.values()) / len(usage)
+    return max(usage.values()) / mean if mean > 0 else float("inf")
+
+
+def _mad(usage: Mapping[str, float]) -> float:
+    if not usage:
+        return 0.0
+    mean = sum(usage.values()) / len(usage)
+    return sum(abs(u - mean) for u in usage.values()) / len(usage)
+
+
+def balanced_after(ratios: Sequence[float], start: int, hold: int = HOLD_CYCLES) -> int | None:
+    """Cycles from ``start`` until ``hold`` consecutive cycles are within the balance band."""
+    run = 0
+    for c in range(start, len(ratios)):
+        run = run + 1 if ratios[c] <= BALANCE_RATIO else 0
+        if run >= hold:
+            return c - hold + 1 - start
+    return None
+
+
+def score_run(run: SimRun, pair: StrategyPair, kinds: set[str]) -> Score:
+    """Turn one run's recordings into a scoreboard row."""
+    ratios = [_ratio(u) for u in run.usage]
+    start = max(run.event_cycles, default=0)
+    first_event = min(run.event_cycles, default=None)
+    useful = churn = None
+    after = [m for m in run.moves if first_event is not None and m.cycle >= first_event]
+    if ADD_BROKERS in kinds or RESTART in kinds:
+        useful = sum(1 for m in after if m.destination in run.joined)
+        churn = len(after) - useful
+    elif REMOVE_BROKERS in kinds or CRASH in kinds:
+        churn = sum(1 for m in after if m.bundle not in run.displaced)
+    peak = None
+    if first_event is not None:
+        peak = max((max(u.values()) for u in run.usage[first_event:] if u), default=0.0) * 100
+    tail = run.usage[-HOLD_CYCLES:]
+    ms = sorted(run.policy_ms) or [0.0]
+    return Score(
+        scenario=run.scenario,
+        pair=pair.key,
+        label=pair.label,
+        cycles=run.cycles,
+        balanced_after=balanced_after(ratios, start),
+        moves=len(run.moves),
+        splits=run.splits,
+        oscillations=sum(1 for m in run.moves if m.oscillation),
+        useful=useful,
+        churn=churn,
+        peak_after_event_pct=None if peak is None else round(peak, 1),
+        end_mad_pct=round(statistics.fmean(_mad(u) for u in tail) * 100, 2) if tail else 0.0,
+        end_max_over_mean=round(ratios[-1], 3) if ratios else 0.0,
+        policy_ms_mean=round(statistics.fmean(ms), 3),
+        policy_ms_p90=round(ms[int(0.9 * (len(ms) - 1))], 3),
+        series_max_pct=[round(max(u.values()) * 100, 2) if u else 0.0 for u in run.usage],
+        series_mean_pct=[round(sum(u.values()) / len(u) * 100, 2) if u else 0.0 for u in run.usage],
+    )
+
+
+def run_one(scenario_name: str, pair_key: str, seed: int, cycles: int | None) -> Score:
+    """One (scenario, pair) run; a module-level function so a process pool can call it."""
+    register_local_strategies()
+    scenario = load_scenario(scenario_name, seed)
+    pair = PAIRS[pair_key]
+    run = simulate(scenario, pair.overrides, seed=seed, cycles=cycles)
+    return score_run(run, pair, scenario.kinds)
+
+
+def register_local_strategies() -> None:
+    """Make our own pair known to ``make_shedder``/``make_placement`` if they do not list it yet.
+
+    Temporary: the registries belong to ``loadbalance.shedding.registry`` and
+    ``loadbalance.placement.pipeline``; once they register the two classes this is a no-op.
+    """
+    from loadbalance.placement import pipeline
+    from loadbalance.shedding import registry
+    from loadbalance.strategies.least_projected_usage import LeastProjectedUsage
+    from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
+
+    shedders = getattr(registry, "_REGISTRY", None)
+    if isinstance(shedders, dict):
+        shedders.setdefault(ProjectedUsageShedder.name, ProjectedUsageShedder)
+    pipeline._REGISTRY.setdefault(LeastProjectedUsage.name, LeastProjectedUsage)
+
+
+def run_scoreboard(
+    scenarios: Iterable[str],
+    pairs: Iterable[str],
+    *,
+    seed: int = 0,
+    cycles: int | None = None,
+    workers: int = 2,
+) -> list[Score]:
+    """Every scenario under every pair; rows in (scenario, pair) order."""
+    jobs = [(s, p) for s in scenarios for p in pairs]
+    if workers <= 1 or len(jobs) <= 1:
+        return [run_one(s, p, seed, cycles) for s, p in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(run_one, s, p, seed, cycles) for s, p in jobs]
+        return [f.result() for f in futures]
+
+
+COLUMNS = (
+    ("scenario", "scenario"),
+    ("pair", "pair"),
+    ("balanced_after", "cycles to balance"),
+    ("moves", "moves"),
+    ("splits", "splits"),
+    ("oscillations", "oscillations"),
+    ("useful", "useful"),
+    ("churn", "churn"),
+    ("peak_after_event_pct", "peak after event %"),
+    ("end_mad_pct", "end MAD pts"),
+    ("end_max_over_mean", "end max/mean"),
+    ("policy_ms_mean", "policy ms/cycle"),
+)
+
+
+def _cell(score: Score, key: str) -> str:
+    value = getattr(score, key)
+    if key == "balanced_after" and value is None:
+        return "never"
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}" if key != "peak_after_event_pct" else f"{value:.1f}"
+    return str(value)
+
+
+def to_rows(scores: Sequence[Score]) -> list[list[str]]:
+    return [[_cell(s, k) for k, _ in COLUMNS] for s in scores]
+
+
+def to_markdown(scores: Sequence[Score]) -> str:
+    head = "| " + " | ".join(t for _, t in COLUMNS) + " |"
+    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = ["| " + " | ".join(r) + " |" for r in to_rows(scores)]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def to_text(scores: Sequence[Score]) -> str:
+    rows = [[t for _, t in COLUMNS], *to_rows(scores)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows) + "\n"
+
+
+def to_json(scores: Sequence[Score], meta: Mapping[str, Any]) -> str:
+    doc = {
+        "meta": dict(meta),
+        "columns": [k for k, _ in COLUMNS],
+        "rows": [asdict(s) for s in scores],
+    }
+    return json.dumps(doc, indent=1)
+
+
+def score_dict(score: Score) -> dict[str, Any]:
+    """A row without its per-cycle series (for one-line JSON summaries)."""
+    doc = asdict(score)
+    doc.pop("series_max_pct")
+    doc.pop("series_mean_pct")
+    return doc
+
+
+def _key(s: Score) -> tuple[float, int, float, int]:
+    never = float("inf") if s.balanced_after is None else float(s.balanced_after)
+    return (never, s.oscillations, s.end_mad_pct, s.moves + s.splits)
+
+
+def verdicts(scores: Sequence[Score]) -> list[tuple[str, str, str]]:
+    """Per scenario: (scenario, best Pulsar pair, ours vs it: better / no worse / worse).
+
+    The best Pulsar pair ranks first on (cycles to balance, oscillations, end MAD, moves +
+    splits). Ours is *no worse* when it balances at least as fast, oscillates no more, ends
+    within 0.25 points of its MAD and peaks within 1 point after events; *better* when, on top,
+    it balances faster, oscillates less, ends 0.5 points flatter or peaks 2 points lower.
+    """
+    out: list[tuple[str, str, str]] = []
+    for name in dict.fromkeys(s.scenario for s in scores):
+        rows = [s for s in scores if s.scenario == name]
+        ours = next((s for s in rows if s.pair == OUR_PAIR_KEY), None)
+        theirs = [s for s in rows if s.pair in PULSAR_PAIR_KEYS]
+        if ours is None or not theirs:
+            continue
+        best = min(theirs, key=_key)
+        k_o, k_b = _key(ours), _key(best)
+        peak_o, peak_b = ours.peak_after_event_pct or 0.0, best.peak_after_event_pct or 0.0
+        no_worse = (
+            k_o[0] <= k_b[0]
+            and k_o[1] <= k_b[1]
+            and k_o[2] <= k_b[2] + 0.25
+            and peak_o <= peak_b + 1.0
+        )
+        better = no_worse and (
+            k_o[0] < k_b[0] or k_o[1] < k_b[1] or k_o[2] <= k_b[2] - 0.5 or peak_o <= peak_b - 2
+        )
+        out.append((name, best.pair, "better" if better else "no worse" if no_worse else "worse"))
+    return out
+
+
+def verdict_text(scores: Sequence[Score]) -> str:
+    rows = verdicts(scores)
+    if not rows:
+        return ""
+    lines = [f"  {n}: ours is {v} than/as the best Pulsar pair ({b})" for n, b, v in rows]
+    better = sum(1 for *_, v in rows if v == "better")
+    worse = sum(1 for *_, v in rows if v == "worse")
+    lines.append(f"ours: better on {better}/{len(rows)} scenarios, worse on {worse}")
+    return "\n".join(lines)
+
+
+def write_chart(scores: Sequence[Score], path: Path) -> None:
+    """Max (solid) and mean (dotted) broker usage per cycle; one panel per scenario."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = list(dict.fromkeys(s.scenario for s in scores))
+    pairs = list(dict.fromkeys(s.pair for s in scores))
+    cols = min(4, len(scenarios))
+    rows = -(-len(scenarios) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, name in enumerate(scenarios):
+        ax = axes[i // cols][i % cols]
+        for j, key in enumerate(pairs):
+            row = next((s for s in scores if s.scenario == name and s.pair == key), None)
+            if row is None:
+                continue
+            c = colours[j % len(colours)]
+            ax.plot(row.series_max_pct, color=c, lw=1.2, label=key)
+            ax.plot(row.series_mean_pct, color=c, lw=0.8, ls=":")
+        ax.set_title(name, fontsize=10)
+        ax.set_ylim(0, 105)
+        ax.set_xlabel("cycle (1 min)", fontsize=8)
+        ax.set_ylabel("broker usage %", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for k in range(len(scenarios), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(pairs), fontsize=8)
+    fig.suptitle("max (solid) and mean (dotted) broker usage per cycle", fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_outputs(scores: Sequence[Score], out: Path, meta: Mapping[str, Any]) -> dict[str, Path]:
+    """``balance.json``, ``balance.md`` and ``balance.png`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "balance.json", "md": out / "balance.md", "png": out / "balance.png"}
+    paths["json"].write_text(to_json(scores, meta), encoding="utf-8")
+    verdict = verdict_text(scores)
+    md = to_markdown(scores) + (f"\n```\n{verdict}\n```\n" if verdict else "")
+    paths["md"].write_text(md, encoding="utf-8")
+    write_chart(scores, paths["png"])
+    return paths
