@@ -43,6 +43,7 @@ from loadbalance.placement.filters import (
 from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
 from loadbalance.placement.round_robin import RoundRobinBrokerSelector
+from loadbalance.strategies.least_projected_usage import LeastProjectedUsage
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 
@@ -53,12 +54,16 @@ _REGISTRY: dict[str, Callable[[], PlacementStrategy]] = {
     LeastLongTermMessageRate.name: LeastLongTermMessageRate,
     LeastResourceUsageWithWeight.name: LeastResourceUsageWithWeight,
     RoundRobinBrokerSelector.name: RoundRobinBrokerSelector,
+    LeastProjectedUsage.name: LeastProjectedUsage,  # ours, see loadbalance/strategies
 }
 PLACEMENT_STRATEGIES = tuple(sorted(_REGISTRY))
 
 
 def make_placement(name: str) -> PlacementStrategy:
-    """A placement strategy by Pulsar's short class name (a fully qualified name also works)."""
+    """A placement strategy by its short class name (a fully qualified Pulsar name also works).
+
+    Pulsar's three, plus our ``LeastProjectedUsage``.
+    """
     short = name.rsplit(".", 1)[-1]
     factory = _REGISTRY.get(short)
     if factory is None:

@@ -338,6 +338,7 @@ def test_make_placement_knows_pulsar_names() -> None:
     qualified = "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"
     assert isinstance(make_placement(qualified), LeastResourceUsageWithWeight)
     assert isinstance(make_placement("RoundRobinBrokerSelector"), RoundRobinBrokerSelector)
+    assert make_placement("LeastProjectedUsage").name == "LeastProjectedUsage"
     with pytest.raises(InvalidInput):
         make_placement("BestBroker")
 
