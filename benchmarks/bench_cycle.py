@@ -53,18 +53,25 @@ SHEDDERS = {
 }
 
 
+BUNDLES_PER_NAMESPACE = 100
+
+
+def namespaces_for(n_bundles: int) -> dict[str, NamespaceBundles]:
+    """Namespaces of 100 bundles each: under ``loadBalancerNamespaceMaximumBundles`` (128), so
+    hot bundles may split, as in a real cluster that big (Pulsar caps bundles per namespace)."""
+    n_ns = max(1, n_bundles // BUNDLES_PER_NAMESPACE)
+    return {
+        f"bench/ns-{i}": NamespaceBundles.initial(f"bench/ns-{i}", BUNDLES_PER_NAMESPACE)
+        for i in range(n_ns)
+    }
+
+
 def synthetic_reports(
     n_bundles: int, n_brokers: int, seed: int, now_ms: int
 ) -> dict[str, LocalBrokerData]:
-    """20 brokers' reports over ``n_bundles`` bundles in 20 namespaces (seeded)."""
+    """The brokers' reports over ``n_bundles`` bundles, 100 per namespace (seeded)."""
     rng = random.Random(seed)
-    n_ns = 20
-    per_ns = n_bundles // n_ns
-    names = [
-        b
-        for i in range(n_ns)
-        for b in NamespaceBundles.initial(f"bench/ns-{i}", per_ns).bundle_names
-    ]
+    names = [b for ns in namespaces_for(n_bundles).values() for b in ns.bundle_names]
     brokers = [f"broker-{i:02d}" for i in range(n_brokers)]
     owned: dict[str, list[str]] = {b: [] for b in brokers}
     for i, name in enumerate(names):
@@ -145,7 +152,8 @@ def run(n_bundles: int, n_brokers: int, reps: int, shedders: list[str]) -> dict[
 
     primed = fold(LoadState())
     ingest_ms, state = _timed(lambda: fold(primed), reps)
-    view_ms, view = _timed(lambda: build_view(state), reps)
+    namespaces = namespaces_for(n_bundles)
+    view_ms, view = _timed(lambda: build_view(state, namespaces=namespaces), reps)
     out: dict[str, Any] = {
         "bundles": sum(len(r.bundles) for r in reports.values()),
         "brokers": n_brokers,
@@ -192,7 +200,7 @@ def profile(n_bundles: int, n_brokers: int, shedder: str) -> None:
     prof.start()
     for name in sorted(reports):
         state = ingest(state, reports[name], received_at_ms=now, **ingest_kwargs(config))
-    view = build_view(state)
+    view = build_view(state, namespaces=namespaces_for(n_bundles))
     step(CycleState(), view, config, now_ms=now, cycle="p")
     prof.stop()
     print(prof.output_text(unicode=False, color=False, show_all=False))
