@@ -52,6 +52,7 @@ from producers.scenarios import (
 from producers.sim_model import reports_at
 
 MINUTE_MS = 60_000
+OSCILLATION_WINDOW_MS = 30 * MINUTE_MS  # loadBalancerSheddingGracePeriodMinutes' default
 _DOWN, _UP, _CRASH, _EXPIRE = "down", "up", "crash", "expire"
 
 
@@ -144,8 +145,9 @@ class FastSim:
         self._ingest = ingest_kwargs(config)
         lease_s = float(getattr(config, "load_balancer_ownership_lease_ttl_seconds", 30))
         self.lease_cycles = max(1, -(-int(lease_s * 1000) // self.tick_ms))
-        grace_ms = config.load_balancer_shedding_grace_period_minutes * MINUTE_MS
-        self.grace_cycles = max(1, int(grace_ms // self.tick_ms))
+        # Oscillations are judged against Pulsar's default grace period whatever the pair sets,
+        # so a pair cannot look steadier by shortening its own grace period.
+        self.oscillation_cycles = max(1, int(OSCILLATION_WINDOW_MS // self.tick_ms))
         self.schedule = _schedule(scenario, self.lease_cycles)
         self._unloaded_from: dict[str, str] = {}
         self._history: dict[str, tuple[str, int]] = {}
@@ -219,6 +221,18 @@ class FastSim:
         self.lookup_state = selector.strategy_state
         self.preallocated = selector.preallocated
 
+    def _drop_reported_preallocations(self, reports: Mapping[str, LocalBrokerData]) -> None:
+        """Pulsar forgets a preallocation once a report shows the bundle loaded; without this a
+        bundle moved on before the next lookup batch would be counted twice forever."""
+        if not self.preallocated:
+            return
+        served = set().union(*(r.bundles for r in reports.values()))
+        kept = {
+            broker: {b: d for b, d in m.items() if b not in served}
+            for broker, m in self.preallocated.items()
+        }
+        self.preallocated = {broker: m for broker, m in kept.items() if m}
+
     # --- decisions -----------------------------------------------------------------------------
 
     def _record_move(self, cycle: int, bundle: str, source: str, dest: str, kind: str) -> None:
@@ -226,7 +240,7 @@ class FastSim:
         oscillation = dest == source
         if prev is not None:
             before, at = prev
-            oscillation = oscillation or cycle - at < self.grace_cycles or dest == before
+            oscillation = oscillation or cycle - at < self.oscillation_cycles or dest == before
         self._history[bundle] = (source, cycle)
         self.run_data.moves.append(Move(cycle, bundle, source, dest, kind, oscillation))
 
@@ -281,6 +295,7 @@ class FastSim:
         reports, _ = reports_at(
             self.scenario.model, self.namespaces, self.owners, sorted(self.live), now_ms, self.rng
         )
+        self._drop_reported_preallocations(reports)
         t1 = time.perf_counter()
         for name in sorted(reports):
             self.load = ingest_report(

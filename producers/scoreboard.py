@@ -326,7 +326,8 @@ def verdicts(scores: Sequence[Score]) -> list[tuple[str, str, str]]:
         better = no_worse and (
             k_o[0] < k_b[0] or k_o[1] < k_b[1] or k_o[2] <= k_b[2] - 0.5 or peak_o <= peak_b - 2
         )
-        out.append((name, best.pair, "better" if better else "no worse" if no_worse else "worse"))
+        verdict = "better" if better else "no worse" if no_worse else "worse"
+        out.append((name, best.pair, verdict))
     return out
 
 
@@ -334,7 +335,7 @@ def verdict_text(scores: Sequence[Score]) -> str:
     rows = verdicts(scores)
     if not rows:
         return ""
-    lines = [f"  {n}: ours is {v} than/as the best Pulsar pair ({b})" for n, b, v in rows]
+    lines = [f"  {n}: ours {v} (best Pulsar pair there: {b})" for n, b, v in rows]
     better = sum(1 for *_, v in rows if v == "better")
     worse = sum(1 for *_, v in rows if v == "worse")
     lines.append(f"ours: better on {better}/{len(rows)} scenarios, worse on {worse}")
