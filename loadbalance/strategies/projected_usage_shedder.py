@@ -35,7 +35,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
-from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
+from loadbalance.model import NamespaceBundleStats
+from loadbalance.strategies.usage_projection import KBYTES, BundleLoad, UsageModel, Weights
 from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
@@ -59,11 +60,15 @@ class ProjectedShedderState:
     pending: Mapping[str, PendingMove] = field(default_factory=lambda: MappingProxyType({}))
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Candidate:
     work: float
     bundle: str
-    load: BundleLoad
+    stats: NamespaceBundleStats
+
+    @property
+    def load(self) -> BundleLoad:
+        return BundleLoad.of_stats(self.stats)
 
 
 class ProjectedUsageShedder:
@@ -202,7 +207,7 @@ class ProjectedUsageShedder:
             )
             if slope > 0:
                 ideal = (loads[s] - loads[d]) / slope * probe.work
-                i = bisect.bisect_left([c.work for c in cands], ideal)
+                i = bisect.bisect_left(cands, ideal, key=lambda c: c.work)
                 window = cands[max(0, i - _WINDOW) : i + _WINDOW]
         best: _Candidate | None = None
         best_max = loads[s] - self.min_gain
@@ -244,11 +249,13 @@ def _movable(
     """
     recent = view.recently_unloaded
     lst: list[_Candidate] = []
-    for bundle, stats in view.brokers[broker].report.last_stats.items():
+    for bundle, s in view.brokers[broker].report.last_stats.items():
         if bundle in recent or bundle in pending:
             continue
-        load = BundleLoad.of_stats(stats)
-        if load.work > 0:
-            lst.append(_Candidate(load.work, bundle, load))
+        work = (
+            s.msg_rate_in + s.msg_rate_out + (s.msg_throughput_in + s.msg_throughput_out) / KBYTES
+        )
+        if work > 0:
+            lst.append(_Candidate(work, bundle, s))
     lst.sort(key=lambda c: (c.work, c.bundle))
     return lst
