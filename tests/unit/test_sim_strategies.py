@@ -28,7 +28,9 @@ CPU_PCT_PER_MSG = 0.01
 
 
 def make_config(**overrides: Any) -> Any:
-    """Pulsar's defaults with overrides, by attribute name."""
+    """Pulsar's defaults with overrides, by attribute name, and our pair's one knob: bundles are
+    not forced evenly over each namespace's brokers (that filter would hide the strategy)."""
+    overrides = {"load_balancer_distribute_bundles_evenly_enabled": False, **overrides}
     try:
         from loadbalance.config import LoadBalancerConfig
     except ImportError:  # until config.py lands
