@@ -1,0 +1,104 @@
+"""``lbctl config show`` and the shared ``--config`` / ``--set`` options of every command.
+
+The shell side of ``loadbalance.config``: it reads the ``broker.conf`` file and the process
+environment, hands the text and mappings to the pure loader, and reports problems in one line
+that names the knob (exit code 2), never with a secret in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from loadbalance.config import (
+    ConfigError,
+    LoadBalancerConfig,
+    config_rows,
+    load_config,
+)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE`` (a Pulsar-style broker.conf) and repeatable ``--set knob=value``."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="Pulsar-style broker.conf (key=value); unknown keys are reported and ignored",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="override a knob by its Pulsar name, e.g. --set loadBalancerSheddingIntervalMinutes=2",
+    )
+
+
+def _overrides(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise ConfigError(pair, "expected KNOB=VALUE")
+        k, v = pair.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def load_from_args(args: argparse.Namespace, *, quiet: bool = False) -> LoadBalancerConfig:
+    """Load the effective configuration for a command; raises ``ConfigError``."""
+    conf_path: Path | None = getattr(args, "config", None)
+    conf_text = None
+    if conf_path is not None:
+        try:
+            conf_text = conf_path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError("--config", f"cannot read {conf_path}: {e.strerror}") from None
+    config, warnings = load_config(
+        conf_text=conf_text, env=os.environ, overrides=_overrides(getattr(args, "set", []))
+    )
+    if not quiet:
+        for w in warnings:
+            print(f"lbctl: warning: {w}", file=sys.stderr)
+    return config
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("config", help="inspect the effective configuration")
+    sub = p.add_subparsers(dest="config_command", metavar="VERB")
+    show = sub.add_parser(
+        "show",
+        help="print every knob with its value, default and meaning (secrets masked)",
+        description="Print the effective configuration: defaults < --config file < LB_* "
+        "environment variables < --set overrides. Secrets are shown as ******.",
+    )
+    add_config_arguments(show)
+    show.add_argument("--json", action="store_true", help="print a JSON object knob -> value")
+    show.set_defaults(func=run_show)
+    p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
+
+
+def run_show(args: argparse.Namespace) -> int:
+    try:
+        config = load_from_args(args)
+    except ConfigError as e:
+        print(f"lbctl config: {e}", file=sys.stderr)
+        return 2
+    rows = config_rows(config)
+    if args.json:
+        print(json.dumps({k: v for k, v, _, _ in rows}, indent=2, sort_keys=True))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Effective configuration", show_lines=False)
+    for col in ("knob", "value", "default", "meaning"):
+        table.add_column(col, overflow="fold")
+    for knob, value, default, desc in rows:
+        style = "bold" if value != default else None
+        table.add_row(knob, value, default, desc, style=style)
+    Console(width=200).print(table)
+    return 0

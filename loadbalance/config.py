@@ -1,0 +1,692 @@
+"""One typed, frozen configuration with Pulsar's knob names and defaults.
+
+Attributes are the snake_case of Pulsar's names (acronyms as one word:
+``loadBalancerCPUResourceWeight`` -> ``load_balancer_cpu_resource_weight``); Pulsar's camelCase
+name is the alias, so a ``broker.conf`` key, an ``LB_<name>`` environment variable and a
+``--set name=value`` all use the name a Pulsar operator knows. Defaults are those of
+``ServiceConfiguration`` in the reference (``../shared/reference/pulsar-load-manager.md``).
+
+Deviations and additions (each says so in its description):
+
+* ``loadBalancerSplitDebounceEnabled`` (ours, off): the modular manager splits without a
+  debounce; turning it on applies the extensible manager's
+  ``loadBalancerNamespaceBundleSplitConditionHitCountThreshold``.
+* The merge knobs, ``loadBalancerBrokerReportTimeoutSeconds``, the lease and registration TTLs,
+  and the service settings (Kafka, Redis, topic names, size limits) are ours.
+* ``loadBalancerLoadSheddingStrategy`` / ``loadBalancerLoadPlacementStrategy`` accept Pulsar's full
+  class names and the short names; our own strategies are registered in ``KNOWN_SHEDDERS`` and
+  ``KNOWN_PLACEMENTS``.
+
+Pure: parsing takes text and mappings; the shell (``lbctl/config_cmd.py``) reads files and the
+environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+KNOWN_SHEDDERS = {
+    "ThresholdShedder",
+    "OverloadShedder",
+    "UniformLoadShedder",
+    "TransferShedder",
+    "ProjectedUsageShedder",
+}
+KNOWN_PLACEMENTS = {
+    "LeastLongTermMessageRate",
+    "LeastResourceUsageWithWeight",
+    "RoundRobinBrokerSelector",
+    "LeastProjectedUsage",
+}
+SECRET_MASK = "******"
+
+# Deprecated Pulsar spellings -> current name.
+DEPRECATED_ALIASES = {
+    "loadBalancerBandwithInResourceWeight": "loadBalancerBandwidthInResourceWeight",
+    "loadBalancerBandwithOutResourceWeight": "loadBalancerBandwidthOutResourceWeight",
+    "loadBalancerMaxNumberOfBrokerTransfersPerCycle": "loadBalancerMaxNumberOfBrokerSheddingPerCycle",
+    "loadBalanceUnloadDelayInSeconds": "loadBalanceSheddingDelayInSeconds",
+}
+
+
+class ConfigError(ValueError):
+    """A knob has a bad value or an unknown name; ``knob`` is its Pulsar name."""
+
+    def __init__(self, knob: str, message: str) -> None:
+        super().__init__(f"{knob}: {message}")
+        self.knob = knob
+
+
+def _f(default: Any, description: str, *, alias: str, secret: bool = False, **kw: Any) -> Any:
+    extra = {"secret": True} if secret else None
+    return Field(default, alias=alias, description=description, json_schema_extra=extra, **kw)
+
+
+_PCT = {"ge": 0, "le": 100}
+_POS = {"gt": 0}
+_NONNEG = {"ge": 0}
+
+
+class LoadBalancerConfig(BaseModel):
+    """Every knob the policies, the streaming job and the controller read."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    # -- switches --------------------------------------------------------------------------
+    load_balancer_enabled: bool = _f(
+        True, "Master switch of the load manager.", alias="loadBalancerEnabled"
+    )
+    load_balancer_shedding_enabled: bool = _f(
+        True, "Run the shedding (unload) step.", alias="loadBalancerSheddingEnabled"
+    )
+    load_balancer_auto_bundle_split_enabled: bool = _f(
+        True, "Split hot bundles automatically.", alias="loadBalancerAutoBundleSplitEnabled"
+    )
+    load_balancer_auto_unload_split_bundles_enabled: bool = _f(
+        True,
+        "Unload the children of a split (they are placed on next lookup).",
+        alias="loadBalancerAutoUnloadSplitBundlesEnabled",
+    )
+    load_balancer_load_shedding_strategy: str = _f(
+        "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder",
+        "Shedding strategy: Pulsar class name or short name (ThresholdShedder, OverloadShedder, UniformLoadShedder, TransferShedder, ProjectedUsageShedder).",
+        alias="loadBalancerLoadSheddingStrategy",
+    )
+    load_balancer_load_placement_strategy: str = _f(
+        "org.apache.pulsar.broker.loadbalance.impl.LeastLongTermMessageRate",
+        "Placement strategy: Pulsar class name or short name (LeastLongTermMessageRate, LeastResourceUsageWithWeight, RoundRobinBrokerSelector, LeastProjectedUsage).",
+        alias="loadBalancerLoadPlacementStrategy",
+    )
+    # -- reporting -------------------------------------------------------------------------
+    load_balancer_report_update_min_interval_millis: int = _f(
+        5000,
+        "How often a broker checks whether to publish a report, ms.",
+        alias="loadBalancerReportUpdateMinIntervalMillis",
+        **_POS,
+    )
+    load_balancer_report_update_threshold_percentage: float = _f(
+        10,
+        "Publish a report when a figure changed by more than this, percent.",
+        alias="loadBalancerReportUpdateThresholdPercentage",
+        **_PCT,
+    )
+    load_balancer_report_update_max_interval_minutes: float = _f(
+        15,
+        "Publish a report at least this often, minutes.",
+        alias="loadBalancerReportUpdateMaxIntervalMinutes",
+        **_POS,
+    )
+    load_balancer_host_usage_check_interval_minutes: float = _f(
+        1,
+        "How often host usage is sampled, minutes.",
+        alias="loadBalancerHostUsageCheckIntervalMinutes",
+        **_POS,
+    )
+    # -- shedding --------------------------------------------------------------------------
+    load_balancer_shedding_interval_minutes: float = _f(
+        1,
+        "Interval between shedding cycles, minutes.",
+        alias="loadBalancerSheddingIntervalMinutes",
+        **_POS,
+    )
+    load_balancer_shedding_grace_period_minutes: float = _f(
+        30,
+        "A bundle moved within this period is not moved again, minutes.",
+        alias="loadBalancerSheddingGracePeriodMinutes",
+        **_NONNEG,
+    )
+    load_balancer_broker_overloaded_threshold_percentage: float = _f(
+        85,
+        "A broker above this usage is overloaded (OverloadShedder, placement re-check), percent.",
+        alias="loadBalancerBrokerOverloadedThresholdPercentage",
+        **_PCT,
+    )
+    load_balancer_history_resource_percentage: float = _f(
+        0.9,
+        "Weight of history in the broker usage average, 0..1.",
+        alias="loadBalancerHistoryResourcePercentage",
+        ge=0,
+        le=1,
+    )
+    load_balancer_broker_threshold_shedder_percentage: float = _f(
+        10,
+        "ThresholdShedder: shed from brokers above the average by this, percent.",
+        alias="loadBalancerBrokerThresholdShedderPercentage",
+        **_PCT,
+    )
+    load_balancer_bundle_unload_min_throughput_threshold: float = _f(
+        10,
+        "ThresholdShedder: do not shed less than this throughput, MB/s.",
+        alias="loadBalancerBundleUnloadMinThroughputThreshold",
+        **_NONNEG,
+    )
+    lower_boundary_shedding_enabled: bool = _f(
+        False,
+        "ThresholdShedder: also shed when a broker is below average minus the threshold.",
+        alias="lowerBoundarySheddingEnabled",
+    )
+    load_balancer_cpu_resource_weight: float = _f(
+        1.0,
+        "Weight of CPU in the weighted max usage.",
+        alias="loadBalancerCPUResourceWeight",
+        **_NONNEG,
+    )
+    load_balancer_memory_resource_weight: float = _f(
+        0.0,
+        "Weight of heap memory in the weighted max usage (deprecated in Pulsar 3.0, default 0).",
+        alias="loadBalancerMemoryResourceWeight",
+        **_NONNEG,
+    )
+    load_balancer_direct_memory_resource_weight: float = _f(
+        0.0,
+        "Weight of direct memory in the weighted max usage.",
+        alias="loadBalancerDirectMemoryResourceWeight",
+        **_NONNEG,
+    )
+    load_balancer_bandwidth_in_resource_weight: float = _f(
+        1.0,
+        "Weight of inbound bandwidth in the weighted max usage.",
+        alias="loadBalancerBandwidthInResourceWeight",
+        **_NONNEG,
+    )
+    load_balancer_bandwidth_out_resource_weight: float = _f(
+        1.0,
+        "Weight of outbound bandwidth in the weighted max usage.",
+        alias="loadBalancerBandwidthOutResourceWeight",
+        **_NONNEG,
+    )
+    load_balancer_msg_rate_difference_shedder_threshold: float = _f(
+        50,
+        "UniformLoadShedder: shed when max/min msg rate differ by more than this, percent (<=0 disables).",
+        alias="loadBalancerMsgRateDifferenceShedderThreshold",
+    )
+    load_balancer_msg_throughput_multiplier_difference_shedder_threshold: float = _f(
+        4,
+        "UniformLoadShedder: shed when max/min throughput ratio exceeds this (<=0 disables).",
+        alias="loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold",
+    )
+    max_unload_percentage: float = _f(
+        0.2,
+        "UniformLoadShedder: fraction of (max - min) to move per cycle.",
+        alias="maxUnloadPercentage",
+        gt=0,
+        le=1,
+    )
+    min_unload_message: float = _f(
+        1000,
+        "UniformLoadShedder: minimum msg rate to move, msg/s.",
+        alias="minUnloadMessage",
+        **_NONNEG,
+    )
+    min_unload_message_throughput: float = _f(
+        1048576,
+        "UniformLoadShedder: minimum throughput to move, bytes/s.",
+        alias="minUnloadMessageThroughput",
+        **_NONNEG,
+    )
+    max_unload_bundle_num_per_shedding: int = _f(
+        -1,
+        "UniformLoadShedder: at most this many bundles per cycle (-1 = unlimited).",
+        alias="maxUnloadBundleNumPerShedding",
+        ge=-1,
+    )
+    # -- placement -------------------------------------------------------------------------
+    load_balancer_average_resource_usage_difference_threshold_percentage: float = _f(
+        10,
+        "LeastResourceUsageWithWeight: a candidate must be this far below average, percent.",
+        alias="loadBalancerAverageResourceUsageDifferenceThresholdPercentage",
+        **_PCT,
+    )
+    load_balancer_broker_max_topics: int = _f(
+        50000,
+        "Brokers with more topics are not placement candidates.",
+        alias="loadBalancerBrokerMaxTopics",
+        **_POS,
+    )
+    load_balancer_distribute_bundles_evenly_enabled: bool = _f(
+        True,
+        "Prefer brokers with the fewest bundles of the namespace.",
+        alias="loadBalancerDistributeBundlesEvenlyEnabled",
+    )
+    # -- split -----------------------------------------------------------------------------
+    load_balancer_namespace_bundle_max_topics: int = _f(
+        1000,
+        "Split a bundle with more topics than this.",
+        alias="loadBalancerNamespaceBundleMaxTopics",
+        **_POS,
+    )
+    load_balancer_namespace_bundle_max_sessions: int = _f(
+        1000,
+        "Split a bundle with more producers+consumers than this (<=0 disables).",
+        alias="loadBalancerNamespaceBundleMaxSessions",
+    )
+    load_balancer_namespace_bundle_max_msg_rate: float = _f(
+        30000,
+        "Split a bundle whose long-term msg rate in+out exceeds this, msg/s.",
+        alias="loadBalancerNamespaceBundleMaxMsgRate",
+        **_POS,
+    )
+    load_balancer_namespace_bundle_max_bandwidth_mbytes: float = _f(
+        100,
+        "Split a bundle whose long-term throughput in+out exceeds this, MB/s.",
+        alias="loadBalancerNamespaceBundleMaxBandwidthMbytes",
+        **_POS,
+    )
+    load_balancer_namespace_maximum_bundles: int = _f(
+        128,
+        "No automatic split beyond this many bundles per namespace.",
+        alias="loadBalancerNamespaceMaximumBundles",
+        **_POS,
+    )
+    default_number_of_namespace_bundles: int = _f(
+        4, "Bundles of a new namespace.", alias="defaultNumberOfNamespaceBundles", **_POS
+    )
+    default_namespace_bundle_split_algorithm: str = _f(
+        "range_equally_divide",
+        "Split algorithm of automatic splits.",
+        alias="defaultNamespaceBundleSplitAlgorithm",
+    )
+    supported_namespace_bundle_split_algorithms: tuple[str, ...] = _f(
+        (
+            "range_equally_divide",
+            "topic_count_equally_divide",
+            "specified_positions_divide",
+            "flow_or_qps_equally_divide",
+        ),
+        "Split algorithms operators may choose.",
+        alias="supportedNamespaceBundleSplitAlgorithms",
+    )
+    flow_or_qps_difference_threshold_percentage: float = _f(
+        10,
+        "flow_or_qps_equally_divide: split only this far above the maximum, percent.",
+        alias="flowOrQpsDifferenceThresholdPercentage",
+        **_NONNEG,
+    )
+    load_balancer_split_interval_minutes: float = _f(
+        1,
+        "Interval between split checks, minutes.",
+        alias="loadBalancerSplitIntervalMinutes",
+        **_POS,
+    )
+    load_balancer_max_number_of_bundles_to_split_per_cycle: int = _f(
+        10,
+        "At most this many splits per cycle.",
+        alias="loadBalancerMaxNumberOfBundlesToSplitPerCycle",
+        **_POS,
+    )
+    load_balancer_namespace_bundle_split_condition_hit_count_threshold: int = _f(
+        3,
+        "Split debounce: consecutive hits needed (with loadBalancerSplitDebounceEnabled).",
+        alias="loadBalancerNamespaceBundleSplitConditionHitCountThreshold",
+        **_NONNEG,
+    )
+    load_balancer_split_debounce_enabled: bool = _f(
+        False,
+        "Ours: apply the split hit-count debounce (the modular manager has none).",
+        alias="loadBalancerSplitDebounceEnabled",
+    )
+    namespace_bundle_unloading_timeout_ms: int = _f(
+        60000,
+        "Time allowed for a bundle unload, ms.",
+        alias="namespaceBundleUnloadingTimeoutMs",
+        **_POS,
+    )
+    # -- extensible load manager (TransferShedder) ----------------------------------------
+    load_balancer_broker_load_target_std: float = _f(
+        0.25,
+        "TransferShedder: shed while the std of broker usage exceeds this.",
+        alias="loadBalancerBrokerLoadTargetStd",
+        **_NONNEG,
+    )
+    load_balancer_shedding_condition_hit_count_threshold: int = _f(
+        3,
+        "TransferShedder: consecutive hits before shedding.",
+        alias="loadBalancerSheddingConditionHitCountThreshold",
+        **_NONNEG,
+    )
+    load_balancer_transfer_enabled: bool = _f(
+        True,
+        "Move shed bundles straight to a chosen destination (transfer) instead of a plain unload.",
+        alias="loadBalancerTransferEnabled",
+    )
+    load_balancer_max_number_of_broker_shedding_per_cycle: int = _f(
+        3,
+        "TransferShedder: at most this many broker pairs per cycle.",
+        alias="loadBalancerMaxNumberOfBrokerSheddingPerCycle",
+        **_POS,
+    )
+    load_balance_shedding_delay_in_seconds: float = _f(
+        180,
+        "TransferShedder: cool-down after a move before shedding again, s.",
+        alias="loadBalanceSheddingDelayInSeconds",
+        **_NONNEG,
+    )
+    load_balancer_broker_load_data_ttl_in_seconds: float = _f(
+        1800,
+        "TransferShedder: ignore broker data older than this, s.",
+        alias="loadBalancerBrokerLoadDataTTLInSeconds",
+        **_POS,
+    )
+    load_balancer_max_number_of_bundles_in_bundle_load_report: int = _f(
+        10,
+        "Top-K bundles considered per broker (-1 = all).",
+        alias="loadBalancerMaxNumberOfBundlesInBundleLoadReport",
+        ge=-1,
+    )
+    load_balancer_shedding_bundles_with_policies_enabled: bool = _f(
+        False,
+        "TransferShedder: also shed bundles bound by isolation/anti-affinity.",
+        alias="loadBalancerSheddingBundlesWithPoliciesEnabled",
+    )
+    load_balancer_in_flight_service_unit_state_waiting_time_in_millis: int = _f(
+        30000,
+        "In-flight ownership changes older than this are repaired, ms.",
+        alias="loadBalancerInFlightServiceUnitStateWaitingTimeInMillis",
+        **_POS,
+    )
+    load_balancer_service_unit_state_monitor_interval_in_seconds: float = _f(
+        60,
+        "Interval of the ownership monitor, s.",
+        alias="loadBalancerServiceUnitStateMonitorIntervalInSeconds",
+        **_POS,
+    )
+    # -- ours: merge, liveness, leases -----------------------------------------------------
+    load_balancer_merge_enabled: bool = _f(
+        False,
+        "Ours: merge cold adjacent bundles of one broker (Pulsar never merges).",
+        alias="loadBalancerMergeEnabled",
+    )
+    load_balancer_merge_max_msg_rate: float = _f(
+        1000,
+        "Ours: both bundles' long-term msg rate below this to merge, msg/s.",
+        alias="loadBalancerMergeMaxMsgRate",
+        **_NONNEG,
+    )
+    load_balancer_merge_max_bandwidth_mbytes: float = _f(
+        10,
+        "Ours: both bundles' long-term throughput below this to merge, MB/s.",
+        alias="loadBalancerMergeMaxBandwidthMbytes",
+        **_NONNEG,
+    )
+    load_balancer_merge_max_topics: int = _f(
+        100,
+        "Ours: merged bundle may hold at most this many topics.",
+        alias="loadBalancerMergeMaxTopics",
+        **_NONNEG,
+    )
+    load_balancer_max_number_of_bundles_to_merge_per_cycle: int = _f(
+        4,
+        "Ours: at most this many merges per cycle.",
+        alias="loadBalancerMaxNumberOfBundlesToMergePerCycle",
+        **_NONNEG,
+    )
+    load_balancer_broker_report_timeout_seconds: float = _f(
+        60,
+        "Ours: a broker silent this long is gone for the streaming job, s.",
+        alias="loadBalancerBrokerReportTimeoutSeconds",
+        **_POS,
+    )
+    load_balancer_ownership_lease_ttl_seconds: float = _f(
+        30,
+        "Ours: ownership lease TTL in Redis, s.",
+        alias="loadBalancerOwnershipLeaseTtlSeconds",
+        **_POS,
+    )
+    load_balancer_broker_registration_ttl_seconds: float = _f(
+        30,
+        "Ours: broker registration TTL in Redis, s.",
+        alias="loadBalancerBrokerRegistrationTtlSeconds",
+        **_POS,
+    )
+    # -- services (ours) -------------------------------------------------------------------
+    kafka_bootstrap_servers: str = _f(
+        "", "Kafka bootstrap servers; empty = the embedded broker.", alias="kafkaBootstrapServers"
+    )
+    kafka_security_protocol: str = _f(
+        "",
+        "Kafka security.protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
+        alias="kafkaSecurityProtocol",
+    )
+    kafka_sasl_mechanism: str = _f(
+        "",
+        "Kafka sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).",
+        alias="kafkaSaslMechanism",
+    )
+    kafka_sasl_username: str = _f("", "Kafka SASL user name.", alias="kafkaSaslUsername")
+    kafka_sasl_password: str = _f(
+        "", "Kafka SASL password (secret).", alias="kafkaSaslPassword", secret=True
+    )
+    kafka_ssl_ca_location: str = _f("", "CA file for Kafka TLS.", alias="kafkaSslCaLocation")
+    redis_url: str = _f(
+        "",
+        "Redis URL (redis:// or rediss://); empty = the embedded server. A password in it is masked.",
+        alias="redisUrl",
+        secret=True,
+    )
+    redis_username: str = _f("", "Redis ACL user name.", alias="redisUsername")
+    redis_password: str = _f("", "Redis password (secret).", alias="redisPassword", secret=True)
+    redis_key_prefix: str = _f(
+        "lb", "Prefix of every Redis key.", alias="redisKeyPrefix", min_length=1
+    )
+    load_reports_topic: str = _f(
+        "lb-load-reports", "Kafka topic of load reports.", alias="loadReportsTopic", min_length=1
+    )
+    decisions_topic: str = _f(
+        "lb-decisions", "Kafka topic of decisions.", alias="decisionsTopic", min_length=1
+    )
+    dead_letters_topic: str = _f(
+        "lb-dead-letters",
+        "Kafka topic of rejected records.",
+        alias="deadLettersTopic",
+        min_length=1,
+    )
+    ownership_events_topic: str = _f(
+        "lb-ownership-events",
+        "Kafka topic of ownership changes.",
+        alias="ownershipEventsTopic",
+        min_length=1,
+    )
+    topic_partitions: int = _f(
+        4, "Partitions of the topics the product creates.", alias="topicPartitions", **_POS
+    )
+    max_report_bytes: int = _f(
+        1048576,
+        "Reports larger than this are rejected before parsing, bytes.",
+        alias="maxReportBytes",
+        **_POS,
+    )
+    max_decision_bytes: int = _f(
+        65536,
+        "Decisions larger than this are rejected before parsing, bytes.",
+        alias="maxDecisionBytes",
+        **_POS,
+    )
+
+    @field_validator("load_balancer_load_shedding_strategy")
+    @classmethod
+    def _known_shedder(cls, v: str) -> str:
+        if _short(v) not in KNOWN_SHEDDERS:
+            raise ValueError(f"unknown shedding strategy {v!r}; known: {sorted(KNOWN_SHEDDERS)}")
+        return v
+
+    @field_validator("load_balancer_load_placement_strategy")
+    @classmethod
+    def _known_placement(cls, v: str) -> str:
+        if _short(v) not in KNOWN_PLACEMENTS:
+            raise ValueError(f"unknown placement strategy {v!r}; known: {sorted(KNOWN_PLACEMENTS)}")
+        return v
+
+    @field_validator("default_namespace_bundle_split_algorithm")
+    @classmethod
+    def _known_algorithm(cls, v: str) -> str:
+        from loadbalance.split_algorithms import ALL_ALGORITHMS
+
+        if v not in ALL_ALGORITHMS:
+            raise ValueError(f"unknown split algorithm {v!r}; known: {list(ALL_ALGORITHMS)}")
+        return v
+
+    @property
+    def shedding_strategy_name(self) -> str:
+        return _short(self.load_balancer_load_shedding_strategy)
+
+    @property
+    def placement_strategy_name(self) -> str:
+        return _short(self.load_balancer_load_placement_strategy)
+
+    def __repr__(self) -> str:
+        return f"LoadBalancerConfig({len(type(self).model_fields)} knobs, secrets masked)"
+
+    __str__ = __repr__
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+FIELDS = LoadBalancerConfig.model_fields
+ALIAS_TO_FIELD = {f.alias: name for name, f in FIELDS.items() if f.alias}
+SECRET_FIELDS = {
+    name
+    for name, f in FIELDS.items()
+    if (f.json_schema_extra or {}).get("secret")  # type: ignore[union-attr]
+}
+_UPPER_TO_ALIAS = {re.sub(r"(?<!^)(?=[A-Z])", "_", a).upper(): a for a in ALIAS_TO_FIELD}
+_UPPER_TO_ALIAS.update({name.upper(): FIELDS[name].alias for name in FIELDS})
+
+
+def parse_broker_conf(text: str) -> dict[str, str]:
+    """Pulsar's ``key=value`` format: ``#`` comments, blank lines; empty value = default."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key, value = key.strip(), value.strip()
+        if value:
+            out[key] = value
+    return out
+
+
+def _canonical(key: str) -> str | None:
+    """The Pulsar alias of a knob given by alias, deprecated alias or attribute name."""
+    key = DEPRECATED_ALIASES.get(key, key)
+    if key in ALIAS_TO_FIELD:
+        return key
+    if key in FIELDS:
+        return FIELDS[key].alias
+    return None
+
+
+def _coerce(alias: str, raw: str) -> Any:
+    ann = FIELDS[ALIAS_TO_FIELD[alias]].annotation
+    if ann is bool:
+        low = raw.strip().lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(alias, f"must be true or false, got {raw!r}")
+    if ann == tuple[str, ...]:
+        return tuple(x.strip() for x in raw.split(",") if x.strip())
+    return raw
+
+
+def _suggest(key: str) -> str:
+    names = list(ALIAS_TO_FIELD) + list(DEPRECATED_ALIASES)
+    close = difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def load_config(
+    *,
+    conf_text: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> tuple[LoadBalancerConfig, list[str]]:
+    """Defaults < broker.conf < environment (``LB_<name>``) < overrides; returns warnings too."""
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for key, raw in parse_broker_conf(conf_text or "").items():
+        alias = _canonical(key)
+        if alias is None:
+            warnings.append(f"broker.conf: ignoring unknown key {key}")
+            continue
+        values[alias] = _coerce(alias, raw)
+    for var, raw in (env or {}).items():
+        if not var.startswith("LB_"):
+            continue
+        name = var[3:]
+        alias = _canonical(name) or _UPPER_TO_ALIAS.get(name.upper())
+        if alias is None:
+            warnings.append(f"environment: ignoring unknown variable {var}")
+            continue
+        values[alias] = _coerce(alias, raw)
+    for key, raw in (overrides or {}).items():
+        alias = _canonical(key)
+        if alias is None:
+            raise ConfigError(key, f"unknown knob{_suggest(key)}")
+        values[alias] = _coerce(alias, raw) if isinstance(raw, str) else raw
+    return build_config(values), warnings
+
+
+def build_config(values: Mapping[str, Any]) -> LoadBalancerConfig:
+    """Validate values keyed by Pulsar name; the first error names its knob (never a secret)."""
+    try:
+        return LoadBalancerConfig(**values)
+    except ValidationError as e:
+        err = e.errors(include_input=False, include_url=False)[0]
+        loc = str(err["loc"][0]) if err["loc"] else "config"
+        alias = _canonical(loc) or loc
+        msg = err["msg"]
+        if ALIAS_TO_FIELD.get(alias) not in SECRET_FIELDS and alias in values:
+            msg = f"{msg}, got {values[alias]!r}"
+        raise ConfigError(alias, msg) from None
+
+
+def mask_value(name: str, value: Any) -> str:
+    """Render a value for display with secrets masked (a URL keeps all but its password)."""
+    if name in SECRET_FIELDS and value:
+        if name == "redis_url":
+            return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1" + SECRET_MASK + "@", str(value))
+        return SECRET_MASK
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def config_rows(
+    config: LoadBalancerConfig, *, mask_secrets: bool = True
+) -> list[tuple[str, str, str, str]]:
+    """(Pulsar name, value, default, description) for every knob."""
+    rows = []
+    for name, f in FIELDS.items():
+        value = getattr(config, name)
+        shown = mask_value(name, value) if mask_secrets else str(value)
+        rows.append((f.alias or name, shown, mask_value(name, f.default), f.description or ""))
+    return rows
+
+
+def config_markdown() -> str:
+    """The configuration table of ``docs/configuration.md``."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `loadbalance/config.py` by `scripts/gen_config_doc.py`; do not edit.",
+        "Knob names and defaults are Pulsar's unless the meaning says *Ours*.",
+        "",
+        "| knob | default | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for alias, _, default, desc in config_rows(LoadBalancerConfig()):
+        lines.append(f"| `{alias}` | `{default}` | {desc} |")
+    return "\n".join(lines) + "\n"
