@@ -18,7 +18,7 @@ by default) this step proposes merging two bundles when all of these hold:
 * the namespace keeps at least ``defaultNumberOfNamespaceBundles`` bundles.
 
 At most ``load_balancer_max_number_of_bundles_to_merge_per_cycle`` merges are proposed per cycle
-(a negative value means no cap) and a bundle takes part in at most one. The coldest pairs
+(0 turns merging off in practice) and a bundle takes part in at most one. The coldest pairs
 (combined long-term msg rate, then throughput, then name) go first, so the cap keeps them.
 """
 
@@ -129,7 +129,7 @@ def find_bundles_to_merge(
     for i, p in enumerate(pairs):
         if p.left in used or p.right in used:
             continue
-        if 0 <= cap <= len(decisions):
+        if len(decisions) >= cap:
             detail = f"{len(decisions)} merges this cycle; {len(pairs) - i} cold pairs left over"
             skips.append(Skip(STRATEGY, "MaxMergesPerCycle", p.owner, p.left, detail))
             break

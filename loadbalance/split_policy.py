@@ -17,7 +17,7 @@ successor ``DefaultNamespaceBundleSplitStrategyImpl`` added:
   counts live in ``SplitState`` and restart after a split or a cool check.
 * A namespace is never split beyond ``loadBalancerNamespaceMaximumBundles``: a split is allowed
   only while ``bundle count + bundles added this cycle < maximum`` (Pulsar PR #16552), and at most
-  ``loadBalancerMaxNumberOfBundlesToSplitPerCycle`` splits are chosen per cycle (<= 0: no cap).
+  ``loadBalancerMaxNumberOfBundlesToSplitPerCycle`` splits are chosen per cycle.
 * Cut points come from ``defaultNamespaceBundleSplitAlgorithm``. ``topic_count_equally_divide``
   needs the bundle's topic hashes (``view.topic_hashes``) and ``flow_or_qps_equally_divide`` its
   per-topic loads (``topic_loads``); without them the range is halved instead and the decision's
@@ -239,7 +239,7 @@ def find_bundles_to_split(
             detail = f"hot {hits.get(h.bundle, 0)} times, needs more than {hit_threshold}"
             skips.append(Skip(STRATEGY, "HitCount", h.owner, h.bundle, detail))
             continue
-        if 0 < max_splits <= len(decisions):
+        if len(decisions) >= max_splits:
             detail = f"already {len(decisions)} splits this cycle"
             skips.append(Skip(STRATEGY, "MaxSplitsPerCycle", h.owner, h.bundle, detail))
             continue

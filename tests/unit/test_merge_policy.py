@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadbalance.bundles import NamespaceBundles
+from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE
 from loadbalance.merge_policy import find_bundles_to_merge
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats
@@ -24,27 +25,9 @@ MERGE_ON = {
 }
 
 
-def make_config(**overrides: Any) -> Any:
-    """Pulsar's defaults with overrides, by attribute name."""
-    try:
-        from loadbalance.config import LoadBalancerConfig
-    except ImportError:  # TEMP until config.py lands
-        from types import SimpleNamespace
-
-        base = dict(
-            load_balancer_merge_enabled=False,
-            load_balancer_merge_max_msg_rate=100.0,
-            load_balancer_merge_max_bandwidth_mbytes=0.1,
-            load_balancer_merge_max_topics=10,
-            load_balancer_max_number_of_bundles_to_merge_per_cycle=1,
-            default_number_of_namespace_bundles=4,
-            load_balancer_namespace_bundle_max_topics=1000,
-            load_balancer_namespace_bundle_max_sessions=1000,
-            load_balancer_namespace_bundle_max_msg_rate=30000,
-            load_balancer_namespace_bundle_max_bandwidth_mbytes=100,
-        )
-        return SimpleNamespace(**{**base, **overrides})
-    return LoadBalancerConfig().model_copy(update=overrides)
+def make_config(**overrides: Any) -> LoadBalancerConfig:
+    """Pulsar's defaults with overrides by attribute name, validated like a real config."""
+    return LoadBalancerConfig(**overrides)
 
 
 def data(msg_rate: float = 10.0, throughput: float = 1000.0, topics: int = 2) -> BundleData:
@@ -169,8 +152,7 @@ def test_per_cycle_cap_keeps_the_coldest_pairs() -> None:
     result = run(view, load_balancer_max_number_of_bundles_to_merge_per_cycle=2)
     assert [(d.bundle, d.merge_bundle) for d in result.decisions] == [(b[6], b[7]), (b[4], b[5])]
     assert [s.reason for s in result.skips] == ["MaxMergesPerCycle"]
-    unlimited = run(view, load_balancer_max_number_of_bundles_to_merge_per_cycle=-1)
-    assert len(unlimited.decisions) == 4
+    assert len(run(view, load_balancer_max_number_of_bundles_to_merge_per_cycle=9).decisions) == 4
     assert run(view, load_balancer_max_number_of_bundles_to_merge_per_cycle=0).decisions == ()
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadbalance.bundles import NamespaceBundles
+from loadbalance.config import LoadBalancerConfig
 from loadbalance.errors import InvalidInput
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.placement.filters import (
@@ -29,28 +30,9 @@ NS = "t/ns"
 BUNDLES = NamespaceBundles.initial(NS, 64).bundle_names
 
 
-def make_config(**overrides: Any) -> Any:
-    """Pulsar's defaults with overrides, by attribute name."""
-    try:
-        from loadbalance.config import LoadBalancerConfig
-    except ImportError:  # TEMP until config.py lands
-        from types import SimpleNamespace
-
-        base = dict(
-            load_balancer_broker_overloaded_threshold_percentage=85,
-            load_balancer_average_resource_usage_difference_threshold_percentage=10,
-            load_balancer_broker_max_topics=50000,
-            load_balancer_distribute_bundles_evenly_enabled=True,
-            load_balancer_cpu_resource_weight=1.0,
-            load_balancer_memory_resource_weight=0.0,
-            load_balancer_direct_memory_resource_weight=0.0,
-            load_balancer_bandwidth_in_resource_weight=1.0,
-            load_balancer_bandwidth_out_resource_weight=1.0,
-            load_balancer_broker_load_data_ttl_in_seconds=1800,
-            placement_strategy_name="LeastLongTermMessageRate",
-        )
-        return SimpleNamespace(**{**base, **overrides})
-    return LoadBalancerConfig().model_copy(update=overrides)
+def make_config(**overrides: Any) -> LoadBalancerConfig:
+    """Pulsar's defaults with overrides by attribute name, validated like a real config."""
+    return LoadBalancerConfig(**overrides)
 
 
 def bundle_data(long_term_msg_rate: float, topics: int = 1) -> BundleData:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from loadbalance.bundles import NamespaceBundles, parse_bundle
+from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import SPLIT
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats
 from loadbalance.split_algorithms import MBYTES, TopicLoad
@@ -20,27 +21,9 @@ NAMESPACE = NamespaceBundles.initial(NS, 4)
 B = NAMESPACE.bundle_names
 
 
-def make_config(**overrides: Any) -> Any:
-    """Pulsar's defaults with overrides, by attribute name."""
-    try:
-        from loadbalance.config import LoadBalancerConfig
-    except ImportError:  # TEMP until config.py lands
-        from types import SimpleNamespace
-
-        base = dict(
-            load_balancer_namespace_bundle_max_topics=1000,
-            load_balancer_namespace_bundle_max_sessions=1000,
-            load_balancer_namespace_bundle_max_msg_rate=30000,
-            load_balancer_namespace_bundle_max_bandwidth_mbytes=100,
-            load_balancer_namespace_maximum_bundles=128,
-            load_balancer_max_number_of_bundles_to_split_per_cycle=10,
-            load_balancer_split_debounce_enabled=False,
-            load_balancer_namespace_bundle_split_condition_hit_count_threshold=3,
-            default_namespace_bundle_split_algorithm="range_equally_divide",
-            flow_or_qps_difference_threshold_percentage=10,
-        )
-        return SimpleNamespace(**{**base, **overrides})
-    return LoadBalancerConfig().model_copy(update=overrides)
+def make_config(**overrides: Any) -> LoadBalancerConfig:
+    """Pulsar's defaults with overrides by attribute name, validated like a real config."""
+    return LoadBalancerConfig(**overrides)
 
 
 def stats(topics: int = 10, sessions: int = 0, **kw: float) -> NamespaceBundleStats:
