@@ -136,9 +136,11 @@ def step(
             split_state, res = find_bundles_to_split(
                 view, config, split_state, now_ms=now_ms, cycle=cycle
             )
-            decisions.extend(res.decisions)
+            # A bundle split within the grace period is gone (or about to be): not again.
+            fresh = [d for d in res.decisions if d.bundle not in recent]
+            decisions.extend(fresh)
             skips.extend(res.skips)
-            busy.update(d.bundle for d in res.decisions)
+            busy.update(d.bundle for d in fresh)
         if config.load_balancer_merge_enabled:
             res = find_bundles_to_merge(view, config, now_ms=now_ms, cycle=cycle)
             for d in res.decisions:
@@ -158,12 +160,18 @@ def step(
         elif len(view.brokers) <= 1:
             skips.append(Skip(shedder.name, "NoBrokers", detail="one broker or none"))
         else:
+            # Bundles being split or merged now are out of reach, as if just unloaded, so the
+            # shedder picks others instead of choosing them and losing them here.
+            held = {**view.recently_unloaded, **dict.fromkeys(busy, now_ms)}
+            shed_view = replace(view, recently_unloaded=MappingProxyType(held))
             shedder_state, res = shedder.find_bundles_for_unloading(
-                view, config, shedder_state, now_ms=now_ms, cycle=cycle
+                shed_view, config, shedder_state, now_ms=now_ms, cycle=cycle
             )
             skips.extend(res.skips)
             shed = [d for d in res.decisions if d.bundle not in busy]
-            placed, placement_state = _place(shed, view, config, placement_state, cycle, seed)
+            placed, placement_state = _place(
+                shed, view, config, placement_state, cycle, seed, now_ms
+            )
             decisions.extend(placed)
 
     for d in decisions:
@@ -191,11 +199,14 @@ def _place(
     placement_state: Any,
     cycle: str,
     seed: int,
+    now_ms: int,
 ) -> tuple[list[Decision], Any]:
     """Give modular shedders' unloads a destination when transfers are enabled."""
     if not config.load_balancer_transfer_enabled or not any(d.kind == UNLOAD for d in shed):
         return shed, placement_state
-    selector = BrokerSelector(view, config, cycle_rng(cycle, seed), strategy_state=placement_state)
+    selector = BrokerSelector(
+        view, config, cycle_rng(cycle, seed), strategy_state=placement_state, now_ms=now_ms
+    )
     out: list[Decision] = []
     for d in shed:
         if d.kind != UNLOAD:
