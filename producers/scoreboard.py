@@ -210,7 +210,7 @@ def register_local_strategies() -> None:
     from loadbalance.strategies.least_projected_usage import LeastProjectedUsage
     from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
 
-    shedders = getattr(registry, "_REGISTRY", None)
+    shedders = getattr(registry, "SHEDDERS", None)
     if isinstance(shedders, dict):
         shedders.setdefault(ProjectedUsageShedder.name, ProjectedUsageShedder)
     pipeline._REGISTRY.setdefault(LeastProjectedUsage.name, LeastProjectedUsage)

@@ -17,6 +17,7 @@ PIP-220's ``[50,50,50,50,50,0]``); UniformLoadShedder balances message rates, no
   or no move helps;
 * emits TRANSFER decisions with the destination it planned (UNLOAD when
   ``loadBalancerTransferEnabled`` is off), so placement agrees with shedding by construction;
+* never sends a bundle back to the broker it moved it away from (the signature of ping-pong);
 * remembers its moves until the destination reports the bundle (at most
   ``loadBalanceSheddingDelayInSeconds``) and counts them in the projection meanwhile, so a slow
   report never makes it move the same load twice.
@@ -57,7 +58,10 @@ class PendingMove:
 
 @dataclass(frozen=True, slots=True)
 class ProjectedShedderState:
+    """Moves not yet visible in the reports, and where each bundle we moved came from."""
+
     pending: Mapping[str, PendingMove] = field(default_factory=lambda: MappingProxyType({}))
+    came_from: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(slots=True, eq=False)
@@ -109,6 +113,7 @@ class ProjectedUsageShedder:
         model = UsageModel(view, Weights.of(config))
         delay_ms = int(config.load_balance_shedding_delay_in_seconds * 1000)
         pending = _replay_pending(state, view, model, now_ms, delay_ms)
+        came_from = {b: src for b, src in state.came_from.items() if b in view.bundle_data}
         loads = {b: model.load(b) for b in model.brokers}
         mean = sum(loads.values()) / len(loads)
         hi, lo = max(loads.values()), min(loads.values())
@@ -116,11 +121,15 @@ class ProjectedUsageShedder:
             hi <= mean * self.trigger_ratio and lo >= mean * self.underload_ratio
         ):
             detail = f"max {hi:.3f} min {lo:.3f} mean {mean:.3f}"
-            return ProjectedShedderState(MappingProxyType(pending)), PolicyResult(
-                (), (Skip(self.name, "Balanced", detail=detail),)
+            new_state = ProjectedShedderState(
+                MappingProxyType(pending), MappingProxyType(came_from)
             )
-        decisions = self._plan(view, config, model, loads, mean, pending, now_ms, cycle)
-        return ProjectedShedderState(MappingProxyType(pending)), PolicyResult(tuple(decisions))
+            return new_state, PolicyResult((), (Skip(self.name, "Balanced", detail=detail),))
+        decisions = self._plan(
+            view, config, model, loads, mean, pending, came_from, now_ms=now_ms, cycle=cycle
+        )
+        new_state = ProjectedShedderState(MappingProxyType(pending), MappingProxyType(came_from))
+        return new_state, PolicyResult(tuple(decisions))
 
     def _plan(
         self,
@@ -130,6 +139,8 @@ class ProjectedUsageShedder:
         loads: dict[str, float],
         mean: float,
         pending: dict[str, PendingMove],
+        came_from: dict[str, str],
+        *,
         now_ms: int,
         cycle: str,
     ) -> list[Decision]:
@@ -151,7 +162,9 @@ class ProjectedUsageShedder:
                 break
             if s not in movable:
                 movable[s] = _movable(view, s, pending)
-            pick = self._pick(model, s, d, movable[s], loads) if counts[s] > 1 else None
+            pick = None
+            if counts[s] > 1:
+                pick = self._pick(model, s, d, movable[s], loads, came_from)
             if pick is None:
                 stuck.add(s)
                 continue
@@ -184,6 +197,7 @@ class ProjectedUsageShedder:
                     decided_at_ms=now_ms,
                 )
             )
+            came_from[pick.bundle] = s
             if transfer:
                 pending[pick.bundle] = PendingMove(s, d, now_ms, pick.load)
         return out
@@ -195,8 +209,10 @@ class ProjectedUsageShedder:
         d: str,
         cands: list[_Candidate],
         loads: Mapping[str, float],
+        came_from: Mapping[str, str],
     ) -> _Candidate | None:
-        """The bundle that leaves the pair's higher projected load lowest, if it helps enough."""
+        """The bundle that leaves the pair's higher projected load lowest, if it helps at all,
+        never sending a bundle back to the broker we moved it away from (ping-pong)."""
         if not cands:
             return None
         window = cands
@@ -212,6 +228,8 @@ class ProjectedUsageShedder:
         best: _Candidate | None = None
         best_max = loads[s] - self.min_gain
         for c in window:
+            if came_from.get(c.bundle) == d:
+                continue
             pair_max = max(model.load_if_removed(s, c.load), model.load_if_added(d, c.load))
             if pair_max < best_max:
                 best, best_max = c, pair_max

@@ -17,7 +17,10 @@ from loadbalance.strategies.least_projected_usage import (
     estimate_load,
     reported_ranges,
 )
-from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
+from loadbalance.strategies.projected_usage_shedder import (
+    ProjectedShedderState,
+    ProjectedUsageShedder,
+)
 from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
 from loadbalance.time_average import BundleData, TimeAverageBrokerData
 from loadbalance.view import BrokerView, ClusterView
@@ -220,3 +223,17 @@ def test_a_split_child_is_estimated_from_its_reported_parent() -> None:
     # a (50 %) still reports the parent; each child adds 25 % wherever it goes
     sel = BrokerSelector(v, make_config(), random.Random(1), LeastProjectedUsage())
     assert sel.select(low) == "b" and sel.select(high) == "b"
+
+
+def test_a_bundle_is_never_sent_back_to_the_broker_it_was_moved_away_from() -> None:
+    x, w, v_ = BUNDLES[0], BUNDLES[3], BUNDLES[4]
+    view = view_of(
+        broker("a", 8, {BUNDLES[1]: 1_000.0, BUNDLES[2]: 1_000.0}),
+        broker("b", 8, {x: 30_000.0, w: 5_000.0, v_: 5_000.0}),
+        data={b: _data(1.0) for b in BUNDLES[:5]},  # history is kept while bundles exist
+    )
+    _, fresh = shed(view)
+    assert fresh.decisions[0].bundle == x, "without history, x is the best single move"
+    state = ProjectedShedderState(came_from={x: "a"})
+    _, later = shed(view, state)
+    assert later.decisions and x not in {d.bundle for d in later.decisions}
