@@ -130,16 +130,7 @@ def _summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _register_ours() -> None:
-    try:
-        from producers.scoreboard import register_local_strategies
-    except ImportError:
-        return
-    register_local_strategies()
-
-
 def run(n_bundles: int, n_brokers: int, reps: int, shedders: list[str]) -> dict[str, Any]:
-    _register_ours()
     now = 10 * MINUTE_MS
     reports = synthetic_reports(n_bundles, n_brokers, 1, now)
     base = LoadBalancerConfig()
@@ -188,7 +179,6 @@ def run(n_bundles: int, n_brokers: int, reps: int, shedders: list[str]) -> dict[
 def profile(n_bundles: int, n_brokers: int, shedder: str) -> None:
     from pyinstrument import Profiler
 
-    _register_ours()
     now = 10 * MINUTE_MS
     reports = synthetic_reports(n_bundles, n_brokers, 1, now)
     config = LoadBalancerConfig(

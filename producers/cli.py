@@ -121,7 +121,6 @@ def run_simulate(args: argparse.Namespace) -> int:
     except KeyError:
         print(f"lbctl simulate: unknown pair {args.pair!r}; use {', '.join(scoreboard.PAIRS)}")
         return 2
-    scoreboard.register_local_strategies()
     sim = FastSim(scenario, make_config(scenario, pair.overrides), seed=args.seed)
     cycles = scenario.cycles if args.cycles is None else args.cycles
     for c in range(cycles):

@@ -192,28 +192,10 @@ def score_run(run: SimRun, pair: StrategyPair, kinds: set[str]) -> Score:
 
 def run_one(scenario_name: str, pair_key: str, seed: int, cycles: int | None) -> Score:
     """One (scenario, pair) run; a module-level function so a process pool can call it."""
-    register_local_strategies()
     scenario = load_scenario(scenario_name, seed)
     pair = PAIRS[pair_key]
     run = simulate(scenario, pair.overrides, seed=seed, cycles=cycles)
     return score_run(run, pair, scenario.kinds)
-
-
-def register_local_strategies() -> None:
-    """Make our own pair known to ``make_shedder``/``make_placement`` if they do not list it yet.
-
-    Temporary: the registries belong to ``loadbalance.shedding.registry`` and
-    ``loadbalance.placement.pipeline``; once they register the two classes this is a no-op.
-    """
-    from loadbalance.placement import pipeline
-    from loadbalance.shedding import registry
-    from loadbalance.strategies.least_projected_usage import LeastProjectedUsage
-    from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
-
-    shedders = getattr(registry, "SHEDDERS", None)
-    if isinstance(shedders, dict):
-        shedders.setdefault(ProjectedUsageShedder.name, ProjectedUsageShedder)
-    pipeline._REGISTRY.setdefault(LeastProjectedUsage.name, LeastProjectedUsage)
 
 
 def run_scoreboard(

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-pytest.importorskip("loadbalance.config", reason="loadbalance/config.py has not landed yet")
-pytest.importorskip("loadbalance.shedding.registry", reason="the shedders have not landed yet")
-
 import json
 from pathlib import Path
 

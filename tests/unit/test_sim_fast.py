@@ -6,20 +6,12 @@ import random
 
 import pytest
 
-pytest.importorskip("loadbalance.config", reason="loadbalance/config.py has not landed yet")
-pytest.importorskip("loadbalance.shedding.registry", reason="the shedders have not landed yet")
-
 from loadbalance.decisions import SPLIT, make_decision
 from producers.fast_sim import FastSim, make_config, simulate
 from producers.scenarios import load_scenario
-from producers.scoreboard import PAIRS, register_local_strategies
+from producers.scoreboard import PAIRS
 
 OURS = PAIRS["ours"].overrides
-
-
-@pytest.fixture(autouse=True)
-def _our_pair_is_registered() -> None:
-    register_local_strategies()
 
 
 def _sim(name: str, seed: int = 0, pair: str = "ours", **kw) -> FastSim:
