@@ -143,7 +143,7 @@ class FastSim:
         self.lookup_state: Any = None
         self.weights = weights_from_config(config)
         self._ingest = ingest_kwargs(config)
-        lease_s = float(getattr(config, "load_balancer_ownership_lease_ttl_seconds", 30))
+        lease_s = float(config.load_balancer_ownership_lease_ttl_seconds)
         self.lease_cycles = max(1, -(-int(lease_s * 1000) // self.tick_ms))
         # Oscillations are judged against Pulsar's default grace period whatever the pair sets,
         # so a pair cannot look steadier by shortening its own grace period.
