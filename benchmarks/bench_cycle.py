@@ -37,7 +37,7 @@ from loadbalance.bundles import NamespaceBundles
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import CycleState, ingest_kwargs, step
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
-from loadbalance.view import LoadState, build_view, ingest
+from loadbalance.view import LoadState, build_view, ingest_many
 
 MINUTE_MS = 60_000
 _IMPL = "org.apache.pulsar.broker.loadbalance.impl."
@@ -137,9 +137,8 @@ def run(n_bundles: int, n_brokers: int, reps: int, shedders: list[str]) -> dict[
     kw = ingest_kwargs(base)
 
     def fold(state: LoadState) -> LoadState:
-        for name in sorted(reports):
-            state = ingest(state, reports[name], received_at_ms=now, **kw)
-        return state
+        ordered = [reports[name] for name in sorted(reports)]
+        return ingest_many(state, ordered, received_at_ms=now, **kw)
 
     primed = fold(LoadState())
     ingest_ms, state = _timed(lambda: fold(primed), reps)
@@ -188,8 +187,8 @@ def profile(n_bundles: int, n_brokers: int, shedder: str) -> None:
     state = LoadState()
     prof = Profiler()
     prof.start()
-    for name in sorted(reports):
-        state = ingest(state, reports[name], received_at_ms=now, **ingest_kwargs(config))
+    ordered = [reports[name] for name in sorted(reports)]
+    state = ingest_many(state, ordered, received_at_ms=now, **ingest_kwargs(config))
     view = build_view(state, namespaces=namespaces_for(n_bundles))
     step(CycleState(), view, config, now_ms=now, cycle="p")
     prof.stop()

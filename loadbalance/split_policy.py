@@ -106,27 +106,49 @@ def split_reason(
 
 
 def _hot_bundles(view: ClusterView, config: LoadBalancerConfig) -> tuple[list[_Hot], set[str]]:
-    """Hot bundles (one entry per bundle) and the names of every bundle seen in ``lastStats``."""
-    owners = view.owners()
-    seen: set[str] = set()
-    hot: list[_Hot] = []
+    """Hot bundles (one entry per bundle) and the names of every bundle seen in ``lastStats``.
+
+    The hot path of a cycle (100k bundles): the four limits are read once and tested inline;
+    the full ``split_reason`` (and the owner map) is computed only for bundles over a limit.
+    """
+    max_topics = config.load_balancer_namespace_bundle_max_topics
+    max_sessions = config.load_balancer_namespace_bundle_max_sessions
+    sessions_limit = max_sessions if max_sessions > 0 else float("inf")
+    max_rate = config.load_balancer_namespace_bundle_max_msg_rate
+    max_bytes = config.load_balancer_namespace_bundle_max_bandwidth_mbytes * MBYTES
+    bundle_data = view.bundle_data
+    first_broker: dict[str, str] = {}
+    candidates: list[tuple[str, NamespaceBundleStats, float, float]] = []
     for broker_name in sorted(view.brokers):
-        last_stats = view.brokers[broker_name].report.last_stats
-        for bundle in sorted(last_stats):
-            if bundle in seen:
+        for bundle, stats in view.brokers[broker_name].report.last_stats.items():
+            if bundle in first_broker:
                 continue
-            seen.add(bundle)
-            stats = last_stats[bundle]
+            first_broker[bundle] = broker_name
             if stats.topics < 2:
                 continue
-            data = view.bundle_data.get(bundle)
-            rate = data.long_term.msg_rate if data is not None else 0.0
-            thr = data.long_term.msg_throughput if data is not None else 0.0
+            data = bundle_data.get(bundle)
+            if data is None:
+                rate = thr = 0.0
+            else:
+                lt = data.long_term
+                rate = lt.msg_rate_in + lt.msg_rate_out
+                thr = lt.msg_throughput_in + lt.msg_throughput_out
+            if (
+                stats.topics > max_topics
+                or stats.consumer_count + stats.producer_count > sessions_limit
+                or rate > max_rate
+                or thr > max_bytes
+            ):
+                candidates.append((bundle, stats, rate, thr))
+    hot: list[_Hot] = []
+    if candidates:
+        owners = view.owners()
+        for bundle, stats, rate, thr in sorted(candidates, key=lambda c: c[0]):
             found = split_reason(stats, rate, thr, config)
             if found is not None:
-                owner = owners.get(bundle, broker_name)
+                owner = owners.get(bundle, first_broker[bundle])
                 hot.append(_Hot(bundle, owner, stats, found[0], found[1], rate, thr))
-    return hot, seen
+    return hot, set(first_broker)
 
 
 def _namespace_bundle_count(view: ClusterView, namespace: str) -> int:

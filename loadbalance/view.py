@@ -117,19 +117,38 @@ def ingest(
     received_at_ms: int,
 ) -> LoadState:
     """Fold one report in: broker history usage, and one sample per bundle in ``lastStats``."""
-    prev = state.brokers.get(report.broker)
-    usage = history_usage(
-        prev.history_usage if prev else None, weights.weighted_max(report), history_percentage
+    return ingest_many(
+        state,
+        (report,),
+        history_percentage=history_percentage,
+        weights=weights,
+        received_at_ms=received_at_ms,
     )
-    thr = history_usage(
-        prev.msg_throughput_ema if prev else None, report.msg_throughput, history_percentage
-    )
+
+
+def ingest_many(
+    state: LoadState,
+    reports: Iterable[LocalBrokerData],
+    *,
+    history_percentage: float,
+    weights: UsageWeights,
+    received_at_ms: int,
+) -> LoadState:
+    """``ingest`` for a batch of reports, in order, copying the maps once (same result)."""
     brokers = dict(state.brokers)
-    brokers[report.broker] = BrokerLoad(report, usage, thr, received_at_ms)
     bundles = dict(state.bundles)
-    for name, stats in report.last_stats.items():
-        data = bundles.get(name)
-        bundles[name] = (data if data is not None else BundleData.new()).update(stats)
+    for report in reports:
+        prev = brokers.get(report.broker)
+        usage = history_usage(
+            prev.history_usage if prev else None, weights.weighted_max(report), history_percentage
+        )
+        thr = history_usage(
+            prev.msg_throughput_ema if prev else None, report.msg_throughput, history_percentage
+        )
+        brokers[report.broker] = BrokerLoad(report, usage, thr, received_at_ms)
+        for name, stats in report.last_stats.items():
+            data = bundles.get(name)
+            bundles[name] = (data if data is not None else BundleData.new()).update(stats)
     return LoadState(MappingProxyType(brokers), MappingProxyType(bundles))
 
 

@@ -39,8 +39,14 @@ from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.errors import InvalidBundle
 from loadbalance.model import LocalBrokerData
 from loadbalance.placement.pipeline import BrokerSelector
-from loadbalance.view import ClusterView, LoadState, build_view, forget_brokers, forget_bundles
-from loadbalance.view import ingest as ingest_report
+from loadbalance.view import (
+    ClusterView,
+    LoadState,
+    build_view,
+    forget_brokers,
+    forget_bundles,
+    ingest_many,
+)
 from producers.scenarios import (
     ADD_BROKERS,
     CRASH,
@@ -297,10 +303,9 @@ class FastSim:
         )
         self._drop_reported_preallocations(reports)
         t1 = time.perf_counter()
-        for name in sorted(reports):
-            self.load = ingest_report(
-                self.load, reports[name], received_at_ms=now_ms, **self._ingest
-            )
+        self.load = ingest_many(
+            self.load, [reports[n] for n in sorted(reports)], received_at_ms=now_ms, **self._ingest
+        )
         self.view = build_view(
             self.load,
             namespaces=self.namespaces,

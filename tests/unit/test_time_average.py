@@ -86,3 +86,23 @@ def test_broker_time_average_sums_bundles() -> None:
     ta = TimeAverageBrokerData.of([a, b])
     assert ta.long_term_msg_rate == pytest.approx(6)
     assert ta.short_term_msg_throughput == pytest.approx(5)
+
+
+def test_ingest_many_equals_repeated_ingest() -> None:
+    from loadbalance.view import ingest_many
+
+    b1, b2 = "t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff"
+    reports = [
+        LocalBrokerData(
+            broker=f"b{i % 2}",
+            cpu=ResourceUsage(10 + 7 * i, 100),
+            bundles=frozenset({b1 if i % 2 else b2}),
+            last_stats={(b1 if i % 2 else b2): NamespaceBundleStats(msg_rate_in=float(i))},
+        )
+        for i in range(7)
+    ]
+    kw = {"history_percentage": 0.9, "weights": UsageWeights(), "received_at_ms": 5}
+    one = LoadState()
+    for r in reports:
+        one = ingest(one, r, **kw)
+    assert ingest_many(LoadState(), reports, **kw) == one
