@@ -186,7 +186,7 @@ class TransferShedder:
                 moved += thr
                 remaining_bundles -= 1
                 continue
-            if not moves:
+            if not moves and config.load_balancer_transfer_enabled:  # Pulsar swaps only then
                 moves += _swap(view, src, dst, bundle, thr, thr_max, hi, lo)
                 moved = sum(t if f == hi else -t for _, f, _, t in moves)
             break
@@ -251,6 +251,8 @@ def _swap(
     min_new = dst.report.msg_throughput + thr
     back: list[tuple[str, str, str, float]] = []
     for b, t in _top_bundles(view, dst, -1):
+        if len(back) + 1 >= len(dst.bundles):  # the min broker keeps at least one bundle
+            break
         if max_new + t >= thr_max or min_new - t >= thr_max:
             continue
         max_new += t

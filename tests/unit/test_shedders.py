@@ -124,7 +124,7 @@ def test_transfer_shedder_motivating_cases(usages: list[float]) -> None:
 
 
 def test_transfer_shedder_plain_unload_when_transfer_disabled() -> None:
-    view = _cluster([(0.9, [50 * MB, 40 * MB]), (0.1, [5 * MB, 5 * MB])])
+    view = _cluster([(0.9, [30 * MB, 30 * MB, 30 * MB]), (0.1, [5 * MB, 5 * MB])])
     res = _run("TransferShedder", view, 4, loadBalancerTransferEnabled=False)[3]
     assert res.decisions and all(
         d.kind == UNLOAD and d.destination_broker is None for d in res.decisions
@@ -197,3 +197,14 @@ def test_invariants_over_random_clusters(spec, name: str, data) -> None:
             per_source[d.source_broker] = per_source.get(d.source_broker, 0) + 1
         for broker, n in per_source.items():
             assert n < len(view.brokers[broker].bundles), "a broker's last bundle stays"
+
+
+def test_transfer_shedder_swaps_when_one_bundle_would_overshoot() -> None:
+    # max broker 60 + 40 MB, target 100 x 0.4 / 0.9 = 44 MB: the 60 MB bundle overshoots, so it
+    # goes to the min broker and the min broker's 32 MB bundle comes back: 72 / 68 MB after.
+    view = _cluster([(0.9, [60 * MB, 40 * MB]), (0.1, [32 * MB, 8 * MB])])
+    res = _run("TransferShedder", view, 4)[3]
+    moves = {(d.bundle, d.source_broker, d.destination_broker) for d in res.decisions}
+    assert (_bundle(0), "b00", "b01") in moves
+    assert (_bundle(2), "b01", "b00") in moves
+    assert len(moves) == 2
