@@ -395,6 +395,28 @@ class RedisStore:
         bundle = nb.find_bundle(topic).name
         return bundle, self.owner(bundle, now_ms)
 
+    def lookup_many(self, topics: Sequence[str], now_ms: int) -> list[tuple[str, Lease | None]]:
+        """Pipelined lookups: one round trip for the namespace versions, one for the leases."""
+        namespaces = sorted({topic_namespace(t) for t in topics})
+        pipe = self.r.pipeline(transaction=False)
+        for ns in namespaces:
+            pipe.hget(self._ns(ns), "version")
+        for ns, version in zip(namespaces, pipe.execute()):
+            if version is None:
+                raise InvalidInput("namespace", f"unknown namespace {ns}")
+            cached = self._ns_cache.get(ns)
+            if cached is None or cached.version != int(version):
+                self._require_ns(ns)
+        bundles = [self._ns_cache[topic_namespace(t)].find_bundle(t).name for t in topics]
+        pipe = self.r.pipeline(transaction=False)
+        for b in bundles:
+            pipe.hmget(self._lease(b), "broker", "token", "expires")
+        out: list[tuple[str, Lease | None]] = []
+        for b, raw in zip(bundles, pipe.execute()):
+            live = raw[0] is not None and int(raw[2]) > now_ms
+            out.append((b, Lease(b, raw[0].decode(), int(raw[1]), int(raw[2])) if live else None))
+        return out
+
 
 def _csv(bounds: Sequence[int]) -> str:
     return ",".join(f"0x{b:08x}" for b in bounds)

@@ -192,3 +192,12 @@ def _check(store: RedisStore, client: redis.Redis) -> None:
         for b in stale:
             if b not in now_bundles:
                 assert client.exists(f"race:lease:{b}") == 0, f"lease on removed bundle {b}"
+
+
+def test_lookup_many_agrees_with_single_lookups(store) -> None:
+    topics = [f"persistent://acme/orders/t{i}" for i in range(50)]
+    for name in store.get_namespace(NS).bundle_names[:2]:
+        store.acquire(name, "b1", now_ms=0, ttl_ms=TTL)
+    assert store.lookup_many(topics, now_ms=5) == [store.lookup(t, now_ms=5) for t in topics]
+    store.split_bundle(store.get_namespace(NS).bundle_names[3], [0xE0000000])
+    assert store.lookup_many(topics, now_ms=6) == [store.lookup(t, now_ms=6) for t in topics]
