@@ -1,0 +1,154 @@
+"""Apply decisions to the Redis store: level-based, idempotent, fenced.
+
+A decision is a hint. The applier re-reads Redis, checks that the change is still valid,
+returns early when it already holds, and makes every write conditional (the namespace version
+for splits and merges, the owner's fencing token for unloads and transfers), so a stale or
+replayed decision can never undo a newer change. Every decision ends with exactly one recorded
+outcome (a hash keyed by decision id, plus a stream for tailing), and a decision whose id
+already has an outcome changes nothing: replaying the decisions topic is safe.
+
+Outcomes: ``applied``, ``already_satisfied``, ``conflict`` (a compare-and-set kept losing),
+``rejected`` (with a reason: bundle gone, owner changed, broker gone), ``duplicate`` (the id was
+applied before; nothing is recorded again), and ``dry_run`` (what would happen).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from controller.redis_store import BrokerNotAlive, RedisStore
+from loadbalance.bundles import parse_bundle
+from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
+from loadbalance.errors import Conflict, InvalidInput
+
+APPLIED = "applied"
+ALREADY_SATISFIED = "already_satisfied"
+CONFLICT = "conflict"
+REJECTED = "rejected"
+DUPLICATE = "duplicate"
+DRY_RUN = "dry_run"
+OUTCOME_STREAM_MAXLEN = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one decision ended, and why."""
+
+    decision_id: str
+    outcome: str
+    reason: str = ""
+
+
+def _key(store: RedisStore, name: str) -> str:
+    return f"{store.p}:{name}"
+
+
+def outcome_of(store: RedisStore, decision_id: str) -> Outcome | None:
+    raw = store.r.hget(_key(store, "outcomes"), decision_id)
+    if raw is None:
+        return None
+    doc = json.loads(raw)
+    return Outcome(decision_id, doc["outcome"], doc.get("reason", ""))
+
+
+def _record(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> Outcome:
+    doc = {"outcome": outcome.outcome, "reason": outcome.reason, "kind": d.kind,
+           "bundle": d.bundle, "atMs": now_ms}  # fmt: skip
+    pipe = store.r.pipeline(transaction=True)
+    pipe.hset(_key(store, "outcomes"), d.id, json.dumps(doc))
+    pipe.xadd(
+        _key(store, "outcome-stream"),
+        {"id": d.id, **{k: str(v) for k, v in doc.items()}},
+        maxlen=OUTCOME_STREAM_MAXLEN,
+        approximate=True,
+    )
+    pipe.execute()
+    return outcome
+
+
+def apply_decision(
+    store: RedisStore, d: Decision, *, now_ms: int, lease_ttl_ms: int, dry_run: bool = False
+) -> Outcome:
+    """Apply one decision and record its outcome (see the module docstring)."""
+    previous = outcome_of(store, d.id)
+    if previous is not None and previous.outcome != DRY_RUN:
+        return Outcome(d.id, DUPLICATE, f"already {previous.outcome}")
+    try:
+        outcome = _apply(store, d, now_ms, lease_ttl_ms, dry_run)
+    except Conflict as e:
+        outcome = Outcome(d.id, CONFLICT, str(e))
+    except BrokerNotAlive as e:
+        outcome = Outcome(d.id, REJECTED, f"broker gone: {e.reason}")
+    except InvalidInput as e:
+        outcome = Outcome(d.id, REJECTED, str(e))
+    return _record(store, d, outcome, now_ms)
+
+
+def _apply(store: RedisStore, d: Decision, now_ms: int, ttl_ms: int, dry_run: bool) -> Outcome:
+    r = parse_bundle(d.bundle)
+    nb = store.get_namespace(r.namespace)
+    if nb is None:
+        return Outcome(d.id, REJECTED, f"unknown namespace {r.namespace}")
+
+    if d.kind == SPLIT:
+        if not nb.contains(r):
+            pieces = {r.lower, r.upper, *d.split_boundaries}
+            if pieces <= set(nb.boundaries):
+                return Outcome(d.id, ALREADY_SATISFIED, "the split already happened")
+            return Outcome(d.id, REJECTED, f"bundle gone: {d.bundle} is no longer current")
+        if dry_run:
+            return Outcome(d.id, DRY_RUN, f"would split at {len(d.split_boundaries)} points")
+        store.split_bundle(d.bundle, d.split_boundaries, expected_version=nb.version)
+        return Outcome(d.id, APPLIED)
+
+    if d.kind == MERGE:
+        other = parse_bundle(d.merge_bundle or "")
+        lo, hi = min(r.lower, other.lower), max(r.upper, other.upper)
+        if not (nb.contains(r) and nb.contains(other)):
+            merged = f"{r.namespace}/0x{lo:08x}_0x{hi:08x}"
+            if nb.contains(merged):
+                return Outcome(d.id, ALREADY_SATISFIED, "the merge already happened")
+            return Outcome(d.id, REJECTED, "bundle gone: a merged bundle is no longer current")
+        owners = {
+            x.broker if x else None
+            for x in (store.owner(d.bundle, now_ms), store.owner(other.name, now_ms))
+        }
+        if len(owners) > 1:
+            return Outcome(d.id, REJECTED, "owner changed: the bundles have different owners")
+        if dry_run:
+            return Outcome(d.id, DRY_RUN, "would merge")
+        store.merge_bundles(d.bundle, other.name, expected_version=nb.version)
+        return Outcome(d.id, APPLIED)
+
+    if not nb.contains(r):
+        return Outcome(d.id, REJECTED, f"bundle gone: {d.bundle} is no longer current")
+    lease = store.owner(d.bundle, now_ms)
+    if d.kind == UNLOAD:
+        if lease is None:
+            return Outcome(d.id, ALREADY_SATISFIED, "the bundle is not owned")
+        if d.source_broker and lease.broker != d.source_broker:
+            return Outcome(d.id, REJECTED, f"owner changed: now {lease.broker}")
+        if dry_run:
+            return Outcome(d.id, DRY_RUN, f"would release from {lease.broker}")
+        if not store.release(d.bundle, lease.broker, lease.token, now_ms):
+            raise Conflict(f"{d.bundle}: lease changed while releasing")
+        return Outcome(d.id, APPLIED)
+
+    if d.kind == TRANSFER:
+        dest = d.destination_broker or ""
+        if lease is not None and lease.broker == dest:
+            return Outcome(d.id, ALREADY_SATISFIED, f"already owned by {dest}")
+        if lease is not None and d.source_broker and lease.broker != d.source_broker:
+            return Outcome(d.id, REJECTED, f"owner changed: now {lease.broker}")
+        if dest not in store.live_brokers(now_ms):
+            return Outcome(d.id, REJECTED, f"broker gone: {dest} is not live")
+        if dry_run:
+            return Outcome(d.id, DRY_RUN, f"would move to {dest}")
+        if lease is None:
+            store.acquire(d.bundle, dest, now_ms, ttl_ms)
+        else:
+            store.transfer(d.bundle, lease.broker, lease.token, dest, now_ms, ttl_ms)
+        return Outcome(d.id, APPLIED)
+
+    return Outcome(d.id, REJECTED, f"unknown decision kind {d.kind}")
