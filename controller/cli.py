@@ -1,0 +1,199 @@
+"""pulsar-admin-like verbs over the Redis store: namespaces, bundles, lookups, owners, brokers.
+
+Every verb prints a table, or JSON with ``--json``; errors name what is wrong (unknown
+namespace, bundle not found, broker unknown) and exit with status 1 (2 for bad usage). The
+Redis URL comes from ``--redis-url``, else the configuration's ``redisUrl``
+(``LB_redisUrl``, ``--set redisUrl=...`` or a broker.conf).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from lbctl.config_cmd import add_config_arguments, load_from_args
+from loadbalance.config import ConfigError
+from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
+from loadbalance.errors import Conflict, InvalidInput
+from loadbalance.split_algorithms import ALL_ALGORITHMS, split_boundaries
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    def verb(name: str, help_text: str, func: Any, parent: Any = subparsers) -> Any:
+        p = parent.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        add_config_arguments(p)
+        p.set_defaults(func=lambda a: _run(func, a))
+        return p
+
+    ns = subparsers.add_parser("namespaces", help="create and inspect namespaces and bundles")
+    ns_sub = ns.add_subparsers(dest="ns_command", metavar="VERB")
+    p = verb("create", "create a namespace with N bundles", _ns_create, ns_sub)
+    p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("--bundles", type=int, default=None, help="defaultNumberOfNamespaceBundles")
+    verb("list", "list namespaces", _ns_list, ns_sub)
+    p = verb("bundles", "a namespace's boundaries and bundles", _ns_bundles, ns_sub)
+    p.add_argument("namespace")
+    ns.set_defaults(func=lambda _a: (ns.print_help(), 2)[1])
+
+    p = verb("lookup", "the bundle and owner serving a topic", _lookup)
+    p.add_argument("topic", help="persistent://tenant/ns/topic or a short name")
+    p = verb("owners", "owners of every bundle of a namespace", _owners)
+    p.add_argument("namespace")
+    p = verb("split-bundle", "split a bundle now (pulsar-admin namespaces split-bundle)", _split)
+    p.add_argument("namespace")
+    p.add_argument("--bundle", "-b", required=True, help="0xLLLLLLLL_0xUUUUUUUU")
+    p.add_argument(
+        "--split-algorithm-name", "-san", default="range_equally_divide", choices=ALL_ALGORITHMS
+    )
+    p.add_argument("--split-boundaries", "-sb", default="", help="comma list of hex positions")
+    p = verb("unload", "unload a bundle, or move it with --destination-broker", _unload)
+    p.add_argument("namespace")
+    p.add_argument("--bundle", "-b", required=True, help="0xLLLLLLLL_0xUUUUUUUU")
+    p.add_argument("--destination-broker", "-d", default=None)
+    brokers = subparsers.add_parser("brokers", help="registered brokers")
+    b_sub = brokers.add_subparsers(dest="brokers_command", metavar="VERB")
+    verb("list", "live brokers", _brokers_list, b_sub)
+    brokers.set_defaults(func=lambda _a: (brokers.print_help(), 2)[1])
+
+
+def _run(func: Any, args: argparse.Namespace) -> int:
+    from controller.redis_store import RedisStore
+
+    try:
+        config = load_from_args(args)
+        url = args.redis_url or config.redis_url
+        if not url:
+            print("lbctl: no Redis: pass --redis-url or set redisUrl", file=sys.stderr)
+            return 2
+        store = RedisStore.from_url(url, prefix=config.redis_key_prefix)
+        rows = func(store, args, config)
+    except ConfigError as e:
+        print(f"lbctl: {e}", file=sys.stderr)
+        return 2
+    except (InvalidInput, Conflict) as e:
+        print(f"lbctl: {e}", file=sys.stderr)
+        return 1
+    _print(rows, args.json)
+    return 0
+
+
+def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in rows[0] if rows else ["(none)"]:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    Console(width=160).print(table)
+
+
+def _ns_create(store, args, config) -> list[dict[str, Any]]:
+    n = args.bundles or config.default_number_of_namespace_bundles
+    store.create_namespace(args.namespace, n)
+    return [{"namespace": args.namespace, "bundles": n}]
+
+
+def _ns_list(store, args, config) -> list[dict[str, Any]]:
+    return [{"namespace": ns} for ns in store.list_namespaces()]
+
+
+def _require(store, ns: str):
+    nb = store.get_namespace(ns)
+    if nb is None:
+        raise InvalidInput("namespace", f"unknown namespace {ns}")
+    return nb
+
+
+def _ns_bundles(store, args, config) -> list[dict[str, Any]]:
+    nb = _require(store, args.namespace)
+    return [
+        {"bundle": r.name, "lower": f"0x{r.lower:08x}", "upper": f"0x{r.upper:08x}",
+         "version": nb.version}
+        for r in nb.bundles
+    ]  # fmt: skip
+
+
+def _lease_row(bundle: str, lease) -> dict[str, Any]:
+    return {
+        "bundle": bundle,
+        "owner": lease.broker if lease else None,
+        "token": lease.token if lease else None,
+        "expiresAtMs": lease.expires_at_ms if lease else None,
+    }
+
+
+def _lookup(store, args, config) -> list[dict[str, Any]]:
+    bundle, lease = store.lookup(args.topic, _now_ms())
+    return [{"topic": args.topic, **_lease_row(bundle, lease)}]
+
+
+def _owners(store, args, config) -> list[dict[str, Any]]:
+    nb = _require(store, args.namespace)
+    owners = store.owners(args.namespace, _now_ms())
+    return [_lease_row(b, owners.get(b)) for b in nb.bundle_names]
+
+
+def _bundle_name(store, ns: str, rng: str) -> str:
+    nb = _require(store, ns)
+    name = f"{ns}/{rng}"
+    if not nb.contains(name):
+        raise InvalidInput("bundle", f"bundle {name} not found in {ns}")
+    return name
+
+
+def _split(store, args, config) -> list[dict[str, Any]]:
+    from loadbalance.bundles import parse_bundle
+
+    name = _bundle_name(store, args.namespace, args.bundle)
+    positions = [int(x, 16) for x in args.split_boundaries.split(",") if x.strip()]
+    points = split_boundaries(
+        args.split_algorithm_name, parse_bundle(name), positions=positions, topic_hashes=()
+    )
+    if not points:
+        raise InvalidInput("splitBoundaries", f"{args.split_algorithm_name} gives no boundary")
+    nb = store.split_bundle(name, points)
+    return [{"bundle": b, "version": nb.version} for b in nb.children_of_split(name, points)]
+
+
+def _unload(store, args, config) -> list[dict[str, Any]]:
+    from controller.apply import apply_decision
+
+    name = _bundle_name(store, args.namespace, args.bundle)
+    now = _now_ms()
+    lease = store.owner(name, now)
+    dest = args.destination_broker
+    if dest is not None and dest not in store.live_brokers(now):
+        raise InvalidInput("destinationBroker", f"broker unknown or not live: {dest}")
+    d = make_decision(
+        cycle=f"admin-{now}",
+        kind=TRANSFER if dest else UNLOAD,
+        bundle=name,
+        source_broker=lease.broker if lease else None,
+        destination_broker=dest,
+        reason="Admin",
+        strategy="lbctl",
+        decided_at_ms=now,
+    )
+    ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
+    out = apply_decision(store, d, now_ms=now, lease_ttl_ms=ttl_ms)
+    if out.outcome == "rejected":
+        raise InvalidInput("unload", out.reason)
+    return [{"bundle": name, "outcome": out.outcome, "reason": out.reason, "decision": d.id}]
+
+
+def _brokers_list(store, args, config) -> list[dict[str, Any]]:
+    return [{"broker": b} for b in store.live_brokers(_now_ms())]

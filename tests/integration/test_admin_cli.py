@@ -1,0 +1,67 @@
+"""pulsar-admin-like verbs against real Redis: tables, --json, and errors that name the problem."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+from controller.redis_store import RedisStore
+from lbctl.main import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_namespace_lifecycle_lookup_owners_split_and_unload(
+    redis_url: str, fresh_redis: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    u = ("--redis-url", redis_url)
+    code, out, _ = _run(capsys, "namespaces", "create", "acme/web", "--bundles", "2", *u)
+    assert code == 0 and "acme/web" in out
+    code, out, _ = _run(capsys, "namespaces", "bundles", "acme/web", "--json", *u)
+    rows = json.loads(out)
+    assert [r["bundle"] for r in rows] == [
+        "acme/web/0x00000000_0x80000000",
+        "acme/web/0x80000000_0xffffffff",
+    ]
+    code, out, _ = _run(capsys, "lookup", "persistent://acme/web/orders", "--json", *u)
+    assert code == 0 and json.loads(out)[0]["owner"] is None
+    store = RedisStore(fresh_redis)
+    now = int(time.time() * 1000)
+    for b in ("b1", "b2"):
+        store.register_broker(b, now, 60_000)
+    store.acquire("acme/web/0x00000000_0x80000000", "b1", now, 60_000)
+    code, out, _ = _run(capsys, "owners", "acme/web", "--json", *u)
+    assert json.loads(out)[0]["owner"] == "b1"
+    code, out, _ = _run(
+        capsys, "unload", "acme/web", "-b", "0x00000000_0x80000000", "-d", "b2", "--json", *u
+    )
+    assert code == 0 and json.loads(out)[0]["outcome"] == "applied"
+    assert store.owner("acme/web/0x00000000_0x80000000", now + 1).broker == "b2"
+    code, out, _ = _run(capsys, "split-bundle", "acme/web", "-b", "0x80000000_0xffffffff", *u)
+    assert code == 0 and "0xbfffffff" in out
+    code, out, _ = _run(capsys, "brokers", "list", "--json", *u)
+    assert [r["broker"] for r in json.loads(out)] == ["b1", "b2"]
+
+
+def test_errors_name_the_problem_and_exit_non_zero(
+    redis_url: str, fresh_redis: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    u = ("--redis-url", redis_url)
+    code, _, err = _run(capsys, "owners", "ghost/ns", *u)
+    assert code == 1 and "unknown namespace ghost/ns" in err
+    _run(capsys, "namespaces", "create", "acme/api", *u)
+    code, _, err = _run(capsys, "unload", "acme/api", "-b", "0x00000000_0x00000010", *u)
+    assert code == 1 and "not found" in err
+    code, _, err = _run(
+        capsys, "unload", "acme/api", "-b", "0x00000000_0x40000000", "-d", "nobody", *u
+    )
+    assert code == 1 and "nobody" in err
+    code, _, err = _run(capsys, "namespaces", "create", "acme/api", *u)
+    assert code == 1 and "already exists" in err
