@@ -59,6 +59,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("namespace")
     p.add_argument("--bundle", "-b", required=True, help="0xLLLLLLLL_0xUUUUUUUU")
     p.add_argument("--destination-broker", "-d", default=None)
+    ctl = subparsers.add_parser(
+        "control",
+        help="consume the decisions topic and apply each decision to Redis",
+        description="The controller loop: offsets are committed only after a decision's "
+        "outcome is recorded; decisions are de-duplicated by id; bad records get a rejected "
+        "outcome; applied changes go to the ownership-events topic.",
+    )
+    ctl.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")
+    ctl.add_argument("--bootstrap-servers", default=None, help="Kafka (default: config)")
+    ctl.add_argument("--group", default="lb-controller", help="consumer group id")
+    ctl.add_argument("--max-messages", type=int, default=None, help="stop after N records")
+    ctl.add_argument("--dry-run", action="store_true", help="record what would be done only")
+    add_config_arguments(ctl)
+    ctl.set_defaults(func=_control)
     brokers = subparsers.add_parser("brokers", help="registered brokers")
     b_sub = brokers.add_subparsers(dest="brokers_command", metavar="VERB")
     verb("list", "live brokers", _brokers_list, b_sub)
@@ -197,3 +211,42 @@ def _unload(store, args, config) -> list[dict[str, Any]]:
 
 def _brokers_list(store, args, config) -> list[dict[str, Any]]:
     return [{"broker": b} for b in store.live_brokers(_now_ms())]
+
+
+def _control(args: argparse.Namespace) -> int:
+    from controller.loop import run_loop
+    from controller.redis_store import RedisStore
+
+    try:
+        config = load_from_args(args)
+    except ConfigError as e:
+        print(f"lbctl control: {e}", file=sys.stderr)
+        return 2
+    url = args.redis_url or config.redis_url
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    if not url or not bootstrap:
+        print("lbctl control: needs --redis-url and --bootstrap-servers", file=sys.stderr)
+        return 2
+    client_config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    for key, value in (
+        ("security.protocol", config.kafka_security_protocol),
+        ("sasl.mechanism", config.kafka_sasl_mechanism),
+        ("sasl.username", config.kafka_sasl_username),
+        ("sasl.password", config.kafka_sasl_password),
+        ("ssl.ca.location", config.kafka_ssl_ca_location),
+    ):
+        if value:
+            client_config[key] = value
+    stats = run_loop(
+        RedisStore.from_url(url, prefix=config.redis_key_prefix),
+        client_config=client_config,
+        decisions_topic=config.decisions_topic,
+        events_topic=config.ownership_events_topic,
+        group_id=args.group,
+        lease_ttl_ms=int(config.load_balancer_ownership_lease_ttl_seconds * 1000),
+        max_messages=args.max_messages,
+        dry_run=args.dry_run,
+        max_decision_bytes=config.max_decision_bytes,
+    )
+    print(json.dumps(stats.__dict__))
+    return 0
