@@ -44,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("namespace")
     ns.set_defaults(func=lambda _a: (ns.print_help(), 2)[1])
 
-    p = verb("lookup", "the bundle and owner serving a topic", _lookup)
+    p = verb("lookup", "the bundle and owner serving a topic (assigns a free bundle)", _lookup)
     p.add_argument("topic", help="persistent://tenant/ns/topic or a short name")
+    p.add_argument("--no-assign", action="store_true", help="do not assign a free bundle")
     p = verb("owners", "owners of every bundle of a namespace", _owners)
     p.add_argument("namespace")
     p = verb("split-bundle", "split a bundle now (pulsar-admin namespaces split-bundle)", _split)
@@ -151,7 +152,12 @@ def _lease_row(bundle: str, lease) -> dict[str, Any]:
 
 
 def _lookup(store, args, config) -> list[dict[str, Any]]:
-    bundle, lease = store.lookup(args.topic, _now_ms())
+    from controller.placement import lookup_and_assign
+
+    if args.no_assign:
+        bundle, lease = store.lookup(args.topic, _now_ms())
+    else:
+        bundle, lease = lookup_and_assign(store, args.topic, config, _now_ms())
     return [{"topic": args.topic, **_lease_row(bundle, lease)}]
 
 

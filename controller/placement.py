@@ -1,0 +1,131 @@
+"""Assignment of unowned bundles, as Pulsar's lookup does it, over the load snapshot in Redis.
+
+The streaming job writes the averaged view (per-broker report and history usage, per-bundle
+short/long-term averages) to Redis; an assignment reads it, keeps only brokers that are live in
+the registry, and runs the configured placement strategy through
+``loadbalance.placement.pipeline.BrokerSelector`` with the preallocations recorded in Redis, so
+bundles assigned before the destination's next report do not all land on one broker. The choice
+is recorded as a preallocation until the destination reports the bundle (the selector prunes it
+then), and the lease is acquired with a fencing token.
+
+Snapshot keys (prefix ``P``): ``P:load:brokers`` (broker -> JSON ``{"report": LocalBrokerData,
+"historyUsage", "msgThroughputEma", "updatedAtMs"}``), ``P:load:bundles`` (bundle -> JSON
+``{"shortTerm", "longTerm", "topics"}``), ``P:prealloc:<broker>`` (bundle -> JSON averages).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from controller.redis_store import Lease, RedisStore
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import cycle_rng, weights_from_config
+from loadbalance.errors import Conflict
+from loadbalance.placement.pipeline import BrokerSelector
+from loadbalance.snapshot import parse_snapshot
+from loadbalance.time_average import BundleData
+from loadbalance.view import ClusterView
+
+
+def _avg_doc(t: Any) -> dict[str, float]:
+    return {
+        "msgRateIn": t.msg_rate_in,
+        "msgRateOut": t.msg_rate_out,
+        "msgThroughputIn": t.msg_throughput_in,
+        "msgThroughputOut": t.msg_throughput_out,
+        "numSamples": t.num_samples,
+    }
+
+
+def bundle_data_doc(d: BundleData) -> dict[str, Any]:
+    return {
+        "shortTerm": _avg_doc(d.short_term),
+        "longTerm": _avg_doc(d.long_term),
+        "topics": d.topics,
+    }
+
+
+def put_load_snapshot(
+    store: RedisStore, brokers: dict[str, dict[str, Any]], bundles: dict[str, BundleData]
+) -> None:
+    """Replace the snapshot (what the streaming job calls after each batch)."""
+    pipe = store.r.pipeline(transaction=True)
+    pipe.delete(f"{store.p}:load:brokers", f"{store.p}:load:bundles")
+    if brokers:
+        pipe.hset(f"{store.p}:load:brokers", mapping={b: json.dumps(v) for b, v in brokers.items()})
+    if bundles:
+        pipe.hset(
+            f"{store.p}:load:bundles",
+            mapping={b: json.dumps(bundle_data_doc(d)) for b, d in bundles.items()},
+        )
+    pipe.execute()
+
+
+def load_view(store: RedisStore, config: LoadBalancerConfig, now_ms: int) -> ClusterView | None:
+    """The snapshot as a ``ClusterView`` of live brokers, with the recorded preallocations."""
+    live = set(store.live_brokers(now_ms))
+    raw_brokers = {
+        k.decode(): json.loads(v) for k, v in store.r.hgetall(f"{store.p}:load:brokers").items()
+    }
+    brokers = {b: v for b, v in raw_brokers.items() if b in live}
+    if not brokers:
+        return None
+    bundles = {
+        k.decode(): json.loads(v) for k, v in store.r.hgetall(f"{store.p}:load:bundles").items()
+    }
+    snap = parse_snapshot(
+        json.dumps({"nowMs": now_ms, "brokers": brokers, "bundleData": bundles}),
+        weights_from_config(config),
+    )
+    pre: dict[str, dict[str, BundleData]] = {}
+    for b in brokers:
+        entries = store.r.hgetall(f"{store.p}:prealloc:{b}")
+        if entries:
+            parsed = parse_snapshot(
+                json.dumps(
+                    {
+                        "brokers": {b: brokers[b]},
+                        "bundleData": {k.decode(): json.loads(v) for k, v in entries.items()},
+                    }
+                )
+            )
+            pre[b] = {k.decode(): parsed.view.bundle(k.decode()) for k in entries}
+    return replace(snap.view, preallocated=MappingProxyType(pre))
+
+
+def assign(
+    store: RedisStore, bundle: str, config: LoadBalancerConfig, now_ms: int, *, seed: int = 0
+) -> Lease | None:
+    """Choose a broker for an unowned bundle and acquire its lease; None when no broker is live
+    with load data. A concurrent assignment that wins first is returned as it is."""
+    view = load_view(store, config, now_ms)
+    if view is None:
+        return None
+    selector = BrokerSelector(view, config, cycle_rng(f"assign:{bundle}:{now_ms}", seed))
+    dest = selector.select(bundle)
+    if dest is None:
+        return None
+    ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
+    try:
+        lease = store.acquire(bundle, dest, now_ms, ttl_ms)
+    except Conflict:
+        return store.owner(bundle, now_ms)
+    data = selector.preallocated.get(dest, {}).get(bundle, view.bundle(bundle))
+    store.r.hset(f"{store.p}:prealloc:{dest}", bundle, json.dumps(bundle_data_doc(data)))
+    return lease
+
+
+def lookup_and_assign(
+    store: RedisStore, topic: str, config: LoadBalancerConfig, now_ms: int
+) -> tuple[str, Lease | None]:
+    """Pulsar's lookup: the topic's bundle and its owner, assigning a free bundle first."""
+    bundle, lease = store.lookup(topic, now_ms)
+    if lease is None:
+        lease = assign(store, bundle, config, now_ms)
+    return bundle, lease
+
+
+__all__ = ["assign", "load_view", "lookup_and_assign", "put_load_snapshot"]
