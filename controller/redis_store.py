@@ -24,6 +24,7 @@ Key layout (prefix ``P``, default ``lb``):
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ import redis
 from loadbalance.bundles import (
     NamespaceBundles,
     check_boundaries,
+    normalize_topic,
     parse_bundle,
     topic_namespace,
 )
@@ -153,6 +155,7 @@ class RedisStore:
         self._release = client.register_script(_LUA_RELEASE)
         self._transfer = client.register_script(_LUA_TRANSFER)
         self._ns_cache: dict[str, NamespaceBundles] = {}
+        self._names_cache: dict[tuple[str, int], list[str]] = {}
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "lb", **kwargs: Any) -> RedisStore:
@@ -395,6 +398,20 @@ class RedisStore:
         bundle = nb.find_bundle(topic).name
         return bundle, self.owner(bundle, now_ms)
 
+    def _bundle_of(self, topic: str) -> str:
+        """Hot path of lookups: hash, binary search, and a cached name per bundle index."""
+        full = normalize_topic(topic)
+        ns = full.split("://", 1)[1].rsplit("/", 1)[0] if full.count("/") == 4 else None
+        if ns is None:
+            ns = topic_namespace(full)
+        nb = self._ns_cache[ns]
+        names = self._names_cache.get((ns, nb.version))
+        if names is None:
+            names = nb.bundle_names
+            self._names_cache[(ns, nb.version)] = names
+        h = zlib.crc32(full.encode("utf-8")) & 0xFFFFFFFF
+        return names[nb.find_index(h)]
+
     def lookup_many(self, topics: Sequence[str], now_ms: int) -> list[tuple[str, Lease | None]]:
         """Pipelined lookups: one round trip for the namespace versions, one for the leases."""
         namespaces = sorted({topic_namespace(t) for t in topics})
@@ -407,7 +424,7 @@ class RedisStore:
             cached = self._ns_cache.get(ns)
             if cached is None or cached.version != int(version):
                 self._require_ns(ns)
-        bundles = [self._ns_cache[topic_namespace(t)].find_bundle(t).name for t in topics]
+        bundles = [self._bundle_of(t) for t in topics]
         pipe = self.r.pipeline(transaction=False)
         for b in bundles:
             pipe.hmget(self._lease(b), "broker", "token", "expires")
