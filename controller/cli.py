@@ -74,6 +74,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ctl.add_argument("--dry-run", action="store_true", help="record what would be done only")
     add_config_arguments(ctl)
     ctl.set_defaults(func=_control)
+    dec = subparsers.add_parser("decisions", help="decision outcomes recorded by the controller")
+    d_sub = dec.add_subparsers(dest="decisions_command", metavar="VERB")
+    p = verb("tail", "the latest decision outcomes", _decisions_tail, d_sub)
+    p.add_argument("-n", type=int, default=20, help="how many (default 20)")
+    dec.set_defaults(func=lambda _a: (dec.print_help(), 2)[1])
+    broker = subparsers.add_parser("broker", help="one broker's load as the streaming job sees it")
+    br_sub = broker.add_subparsers(dest="broker_command", metavar="VERB")
+    p = verb("load-report", "the broker's last averaged load report", _broker_load, br_sub)
+    p.add_argument("broker")
+    broker.set_defaults(func=lambda _a: (broker.print_help(), 2)[1])
     brokers = subparsers.add_parser("brokers", help="registered brokers")
     b_sub = brokers.add_subparsers(dest="brokers_command", metavar="VERB")
     verb("list", "live brokers", _brokers_list, b_sub)
@@ -256,3 +266,25 @@ def _control(args: argparse.Namespace) -> int:
     )
     print(json.dumps(stats.__dict__))
     return 0
+
+
+def _decisions_tail(store, args, config) -> list[dict[str, Any]]:
+    entries = store.r.xrevrange(f"{store.p}:outcome-stream", count=max(1, args.n))
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
+
+
+def _broker_load(store, args, config) -> list[dict[str, Any]]:
+    raw = store.r.hget(f"{store.p}:load:brokers", args.broker)
+    if raw is None:
+        raise InvalidInput("broker", f"broker unknown or without a load report: {args.broker}")
+    doc = json.loads(raw)
+    if args.json:
+        return [doc]
+    r = doc.get("report", {})
+    row = {"broker": args.broker, "historyUsage": doc.get("historyUsage")}
+    for k in ("cpu", "memory", "bandwidthIn", "bandwidthOut"):
+        u = r.get(k) or {}
+        row[f"{k} %"] = round(100 * u["usage"] / u["limit"], 1) if u.get("limit") else None
+    for k in ("msgRateIn", "msgRateOut", "numBundles", "numTopics"):
+        row[k] = r.get(k)
+    return [row]

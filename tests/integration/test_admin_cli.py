@@ -65,3 +65,28 @@ def test_errors_name_the_problem_and_exit_non_zero(
     assert code == 1 and "nobody" in err
     code, _, err = _run(capsys, "namespaces", "create", "acme/api", *u)
     assert code == 1 and "already exists" in err
+
+
+def test_decisions_tail_and_broker_load_report(
+    redis_url: str, fresh_redis: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from controller.placement import put_load_snapshot
+    from loadbalance.model import LocalBrokerData, ResourceUsage
+    from loadbalance.report_codec import report_to_dict
+
+    u = ("--redis-url", redis_url)
+    _run(capsys, "namespaces", "create", "acme/tail", "--bundles", "2", *u)
+    store = RedisStore(fresh_redis)
+    now = int(time.time() * 1000)
+    store.register_broker("b1", now, 60_000)
+    store.acquire("acme/tail/0x00000000_0x80000000", "b1", now, 60_000)
+    _run(capsys, "unload", "acme/tail", "-b", "0x00000000_0x80000000", *u)
+    code, out, _ = _run(capsys, "decisions", "tail", "-n", "5", "--json", *u)
+    rows = json.loads(out)
+    assert code == 0 and rows[0]["outcome"] == "applied" and rows[0]["kind"] == "unload"
+    report = LocalBrokerData(broker="b1", cpu=ResourceUsage(40, 100), msg_rate_in=12.0)
+    put_load_snapshot(store, {"b1": {"report": report_to_dict(report)}}, {})
+    code, out, _ = _run(capsys, "broker", "load-report", "b1", *u)
+    assert code == 0 and "40.0" in out
+    code, _, err = _run(capsys, "broker", "load-report", "ghost", *u)
+    assert code == 1 and "ghost" in err
