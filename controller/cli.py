@@ -263,6 +263,7 @@ def _control(args: argparse.Namespace) -> int:
         max_messages=args.max_messages,
         dry_run=args.dry_run,
         max_decision_bytes=config.max_decision_bytes,
+        config=config,
     )
     print(json.dumps(stats.__dict__))
     return 0

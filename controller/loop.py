@@ -24,7 +24,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from controller.apply import APPLIED, REJECTED, Outcome, apply_decision
+from controller.placement import sweep_and_reassign
 from controller.redis_store import RedisStore
+from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision, decode_decision
 from loadbalance.errors import InvalidDecision
 
@@ -70,6 +72,8 @@ def run_loop(
     dry_run: bool = False,
     max_decision_bytes: int = 65536,
     clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    config: LoadBalancerConfig | None = None,
+    sweep_interval_s: float = 5.0,
 ) -> LoopStats:
     """Consume until stopped, ``max_messages`` records, or ``idle_timeout_s`` without one."""
     consumer = Consumer(
@@ -97,9 +101,16 @@ def run_loop(
             previous[sig] = signal.signal(sig, stop)
     except ValueError:  # not the main thread: the caller stops us by max_messages/idle
         previous = {}
-    last_message = time.monotonic()
+    last_message = last_sweep = time.monotonic()
     try:
         while not stopping and (max_messages is None or stats.consumed < max_messages):
+            if config is not None and time.monotonic() - last_sweep >= sweep_interval_s:
+                last_sweep = time.monotonic()
+                for event in sweep_and_reassign(store, config, clock()):
+                    value = json.dumps(event, sort_keys=True).encode()
+                    producer.produce(events_topic, key=event["bundle"].encode(), value=value)
+                    log.info("%s %s", event["event"], event["bundle"])
+                producer.flush(10)
             msg = consumer.poll(0.5)
             if msg is None:
                 if idle_timeout_s is not None and time.monotonic() - last_message > idle_timeout_s:

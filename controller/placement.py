@@ -129,3 +129,30 @@ def lookup_and_assign(
 
 
 __all__ = ["assign", "load_view", "lookup_and_assign", "put_load_snapshot"]
+
+
+def sweep_and_reassign(
+    store: RedisStore, config: LoadBalancerConfig, now_ms: int
+) -> list[dict[str, Any]]:
+    """Remove expired leases and place their bundles again; return the ownership events.
+
+    A bundle whose namespace no longer holds it (split or merged meanwhile) is not reassigned.
+    A bundle that cannot be placed now (no live broker with load data) stays free and is
+    assigned on its next lookup.
+    """
+    events: list[dict[str, Any]] = []
+    for lease in store.sweep_expired(now_ms):
+        events.append(
+            {"event": "expired", "bundle": lease.bundle, "sourceBroker": lease.broker,
+             "token": lease.token, "atMs": now_ms}
+        )  # fmt: skip
+        ns = store.get_namespace(lease.bundle.rsplit("/", 1)[0])
+        if ns is None or not ns.contains(lease.bundle):
+            continue
+        new = assign(store, lease.bundle, config, now_ms)
+        if new is not None and new.broker != lease.broker:
+            events.append(
+                {"event": "assigned", "bundle": lease.bundle, "destinationBroker": new.broker,
+                 "token": new.token, "atMs": now_ms}
+            )  # fmt: skip
+    return events

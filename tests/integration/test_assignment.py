@@ -57,3 +57,25 @@ def test_no_live_broker_with_load_data_means_no_owner(fresh_redis: redis.Redis) 
     store.create_namespace(NS, 4)
     bundle, lease = lookup_and_assign(store, f"{NS}/t", LoadBalancerConfig(), now_ms=5)
     assert lease is None and bundle.startswith(NS)
+
+
+def test_expired_leases_are_swept_and_reassigned_to_live_brokers(fresh_redis: redis.Redis) -> None:
+    from controller.placement import sweep_and_reassign
+
+    store = RedisStore(fresh_redis, prefix="sw")
+    store.create_namespace(NS, 4)
+    store.register_broker("dying", now_ms=0, ttl_ms=1_000)
+    store.register_broker("alive", now_ms=0, ttl_ms=10**12)
+    put_load_snapshot(
+        store, {"alive": _broker("alive", 10, 10), "dying": _broker("dying", 1, 1)}, {}
+    )
+    names = store.get_namespace(NS).bundle_names
+    old = [store.acquire(b, "dying", now_ms=0, ttl_ms=500) for b in names[:2]]
+    store.split_bundle(names[1], [0x60000000])  # one of them is gone before the sweep
+    events = sweep_and_reassign(store, LoadBalancerConfig(), now_ms=2_000)
+    assert [(e["event"], e["bundle"]) for e in events] == [
+        ("expired", names[0]),
+        ("assigned", names[0]),
+    ]
+    lease = store.owner(names[0], now_ms=2_001)
+    assert lease.broker == "alive" and lease.token > old[0].token
