@@ -1,0 +1,165 @@
+"""Ownership events: every change of who serves a bundle, as JSON records on a Kafka topic.
+
+Why a topic: Pulsar's extensible load manager keeps bundle ownership in a service-unit state
+channel (a compacted topic) so that anything can follow it without polling the metadata store.
+Redis is our source of truth; this topic is the follow-along feed. Records are keyed by bundle,
+so one bundle's history stays in one partition and in order, and a compacted topic keeps the
+latest state per bundle. Each record carries the old and new owner with their fencing tokens,
+so a reader can drop a stale record (a smaller token than one it has already seen).
+
+Event kinds: ``assigned`` (a free bundle got an owner), ``released`` (an unload ended a lease),
+``transferred`` (a lease moved straight to another broker), ``split`` (the parent ended and its
+``children`` exist, unowned), ``merged`` (two bundles became ``children[0]``), ``expired`` (a
+lease ran out and the sweep removed it).
+
+Publishing is at least once: the controller flushes the producer before it commits the
+decision's offset, and a consumer de-duplicates by ``(bundle, newToken)`` or ``decisionId``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.topics import kafka_client_config
+from loadbalance.errors import Transient
+
+EVENT_SCHEMA_VERSION = 1
+
+ASSIGNED = "assigned"
+RELEASED = "released"
+TRANSFERRED = "transferred"
+SPLIT = "split"
+MERGED = "merged"
+EXPIRED = "expired"
+EVENT_KINDS = (ASSIGNED, RELEASED, TRANSFERRED, SPLIT, MERGED, EXPIRED)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipEvent:
+    """One ownership change of one bundle (tokens are ``None`` where no lease exists)."""
+
+    event: str
+    bundle: str
+    at_ms: int
+    old_owner: str | None = None
+    new_owner: str | None = None
+    old_token: int | None = None
+    new_token: int | None = None
+    decision_id: str | None = None
+    children: tuple[str, ...] = field(default=())
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": EVENT_SCHEMA_VERSION,
+            "event": self.event,
+            "bundle": self.bundle,
+            "oldOwner": self.old_owner,
+            "newOwner": self.new_owner,
+            "oldToken": self.old_token,
+            "newToken": self.new_token,
+            "decisionId": self.decision_id,
+            "children": list(self.children),
+            "reason": self.reason,
+            "atMs": self.at_ms,
+        }
+
+
+def encode_event(e: OwnershipEvent) -> bytes:
+    """Compact, key-sorted JSON, so the same event always gives the same bytes."""
+    return json.dumps(e.to_dict(), separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_event(raw: bytes | str) -> OwnershipEvent:
+    """The inverse of ``encode_event`` (for readers and tests)."""
+    doc: Mapping[str, Any] = json.loads(raw)
+    return OwnershipEvent(
+        event=doc["event"],
+        bundle=doc["bundle"],
+        at_ms=int(doc["atMs"]),
+        old_owner=doc.get("oldOwner"),
+        new_owner=doc.get("newOwner"),
+        old_token=doc.get("oldToken"),
+        new_token=doc.get("newToken"),
+        decision_id=doc.get("decisionId"),
+        children=tuple(doc.get("children") or ()),
+        reason=doc.get("reason", ""),
+    )
+
+
+class EventPublisher:
+    """A confluent-kafka producer for the ownership-events topic.
+
+    ``client_config`` passes SASL/SSL (or any librdkafka) settings through unchanged. Delivery
+    failures are collected by the delivery callback and raised from ``flush`` as ``Transient``,
+    so the caller retries before it commits the decision's offset.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        client_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self._producer = Producer(kafka_client_config(bootstrap_servers, client_config))
+        self._failed: list[str] = []
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self._failed.append(str(err))
+
+    def publish(self, events: Iterable[OwnershipEvent]) -> int:
+        """Queue events (keyed by bundle); returns how many. Call ``flush`` to deliver."""
+        n = 0
+        for e in events:
+            self._produce(e)
+            n += 1
+        return n
+
+    def _produce(self, e: OwnershipEvent) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic,
+                    key=e.bundle.encode(),
+                    value=encode_event(e),
+                    on_delivery=self._on_delivery,
+                )
+                return
+            except BufferError:  # local queue full: let deliveries drain, then retry
+                self._producer.poll(0.5)
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Wait for every queued event; raise ``Transient`` if any was not delivered."""
+        remaining = self._producer.flush(timeout_s)
+        failed, self._failed = self._failed, []
+        if remaining or failed:
+            detail = failed[0] if failed else f"{remaining} events still queued"
+            raise Transient(f"ownership events not delivered to {self.topic}: {detail}")
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Best-effort final flush at shutdown (undelivered events were already logged)."""
+        with contextlib.suppress(Transient):
+            self.flush(timeout_s)
+
+
+__all__ = [
+    "ASSIGNED",
+    "EVENT_KINDS",
+    "EXPIRED",
+    "MERGED",
+    "RELEASED",
+    "SPLIT",
+    "TRANSFERRED",
+    "EventPublisher",
+    "OwnershipEvent",
+    "decode_event",
+    "encode_event",
+]
