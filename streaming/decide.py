@@ -1,0 +1,169 @@
+"""The decision stage (``foreachBatch`` on the state output): the policy cycle once per batch.
+
+Per micro-batch, on the driver:
+
+1. collect the batch's rows (touched bundles and brokers, gone brokers, expired bundles, dead
+   letters) and publish the dead letters;
+2. apply the rows to the driver's ``DriverView`` (seeded from the Redis snapshot at start-up),
+   and drop bundles whose namespace's boundaries in Redis no longer contain them;
+3. run ``loadbalance.cycle.step`` with ``cycle = str(batch_id)`` and ``now_ms`` = the newest
+   Kafka timestamp seen so far (never the wall clock), and publish every decision with
+   ``encode_decision``, keyed by bundle;
+4. write the changed part of the view, the new ``CycleState``, the clock and the batch id to
+   Redis in one transaction (``streaming.sinks.RedisProgress``).
+
+Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
+is deterministic (its only clock is the batch timestamp Spark logs), the view and ``CycleState``
+a batch starts from are those committed with the previous batch, and the namespaces a batch
+read are recorded before it publishes anything (``P:stream:pending``). So a batch replayed after
+a crash computes the same decisions with the same ids.
+
+A batch whose id is <= the last completed one is **skipped**: it was completed only after its
+producer flush returned, so its decisions and dead letters are already on their topics, and
+publishing them again would only make duplicates (the controller de-duplicates by id anyway,
+but a clean decisions topic is easier to audit). A crash between the flush and the commit leaves
+the batch incomplete; its replay then re-publishes the same ids, which is the at-least-once case
+the controller's de-duplication exists for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import step
+from loadbalance.decisions import encode_decision
+from streaming.driver_view import DriverView
+from streaming.schema import DEAD
+from streaming.sinks import KafkaSink, MemoryProgress, Progress, RedisProgress
+
+log = logging.getLogger("streaming.decide")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What one batch did; handed to ``on_batch`` (the benchmark listens there)."""
+
+    batch_id: int
+    input_rows: int
+    dead_letters: int
+    decisions: int
+    duration_ms: float
+    now_ms: int
+    max_event_ms: int
+    skipped: bool = False
+    decision_ids: tuple[str, ...] = ()
+
+
+@dataclass
+class DecisionStage:
+    """The ``foreachBatch`` callable; lives on the driver only (never pickled to executors)."""
+
+    config: LoadBalancerConfig
+    bootstrap_servers: str
+    redis_url: str | None = None
+    client_config: Mapping[str, Any] | None = None
+    seed: int = 0
+    on_batch: Callable[[BatchStats], None] | None = None
+    _sink: KafkaSink | None = field(default=None, init=False)
+    _progress_store: RedisProgress | None = field(default=None, init=False)
+    _progress: Progress | None = field(default=None, init=False)
+    _view: DriverView | None = field(default=None, init=False)
+
+    def _start(self) -> None:
+        """Connect and seed the view from Redis (once, at the first batch after start-up)."""
+        if self._sink is None:
+            self._sink = KafkaSink(self.bootstrap_servers, self.client_config)
+        if self._progress_store is None:
+            self._progress_store = (
+                RedisProgress.from_url(self.redis_url, self.config.redis_key_prefix)
+                if self.redis_url
+                else MemoryProgress()
+            )
+            self._progress = self._progress_store.read()
+            brokers, bundles = self._progress_store.read_snapshot()
+            self._view = DriverView.from_snapshot(brokers, bundles)
+            log.info(
+                "seeded from Redis: last batch %d, %d brokers, %d bundles",
+                self._progress.batch,
+                len(brokers),
+                len(bundles),
+            )
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        try:
+            self._run(df, batch_id)
+        except BaseException:
+            # Spark retries or fails the batch; either way re-seed from Redis, since this
+            # process's view may hold half of a batch that was never committed.
+            self._progress_store = None
+            raise
+
+    def _run(self, df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        self._start()
+        assert self._sink and self._progress_store and self._progress and self._view
+        progress = self._progress
+        if batch_id <= progress.batch:
+            log.info("batch %d already completed (last %d): skipped", batch_id, progress.batch)
+            self._report(BatchStats(batch_id, 0, 0, 0, 0.0, progress.now_ms, 0, skipped=True))
+            return
+        pdf = df.toPandas()
+        dead = pdf[pdf["kind"] == DEAD]
+        for payload in dead["payload"].tolist():
+            self._sink.send(self.config.dead_letters_topic, None, bytes(payload))
+        max_event_ms = int(pdf["event_ms"].max()) if len(pdf) else 0
+        now_ms = max(progress.now_ms, max_event_ms)
+        self._view.apply(pdf)
+        cycle_state, decisions = progress.cycle_state, ()
+        if len(pdf):
+            namespaces = self._progress_store.pending_namespaces(batch_id)
+            if namespaces is None:
+                namespaces = self._progress_store.read_namespaces()
+                self._progress_store.set_pending(batch_id, namespaces)
+            self._view.drop_outside(namespaces)
+            view = self._view.cluster_view(namespaces)
+            cycle_state, result = step(
+                progress.cycle_state,
+                view,
+                self.config,
+                now_ms=now_ms,
+                cycle=str(batch_id),
+                seed=self.seed,
+            )
+            decisions = result.decisions
+            for d in decisions:
+                self._sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
+        self._sink.flush()
+        new = Progress(batch_id, now_ms, cycle_state)
+        self._progress_store.commit(new, *self._view.take_changes())
+        self._progress = new
+        duration_ms = (time.monotonic() - started) * 1000
+        log.info(
+            "batch %d: %d rows, %d dead letters, %d decisions, %.0f ms",
+            batch_id,
+            len(pdf),
+            len(dead),
+            len(decisions),
+            duration_ms,
+        )
+        self._report(
+            BatchStats(
+                batch_id,
+                len(pdf),
+                len(dead),
+                len(decisions),
+                duration_ms,
+                now_ms,
+                max_event_ms,
+                decision_ids=tuple(d.id for d in decisions),
+            )
+        )
+
+    def _report(self, stats: BatchStats) -> None:
+        if self.on_batch is not None:
+            self.on_batch(stats)

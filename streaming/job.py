@@ -1,0 +1,160 @@
+"""The streaming job: load reports in, stateful averages, decisions out (one Spark query).
+
+    source (Kafka: built-in or Python data source) -> parse (mapInPandas; dead letters as rows)
+      -> groupBy(key).transformWithStateInPandas(LoadStateProcessor)  [RocksDB state]
+      -> foreachBatch(DecisionStage)  -> Kafka [decisions, dead letters] + Redis [view, progress]
+
+Why one query: reading the reports once and carrying dead letters through the stateful step
+(under their own key, with no state) costs less than a second query over the same topic, and
+keeps one checkpoint and one batch id for everything a batch produced.
+
+Run it with ``lbctl stream ...``, ``python -m streaming.job ...`` or
+``spark-submit streaming/job.py ...`` (same options; see ``streaming.cli``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+if __package__ in (None, ""):  # spark-submit streaming/job.py: make the project importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import weights_from_config
+from streaming.decide import BatchStats, DecisionStage
+from streaming.parse import ParseSettings, parse_batches
+from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, ddl
+from streaming.state import LoadStateProcessor
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+DEFAULT_SHARDS = 32
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How to run the query (the policy knobs are in ``LoadBalancerConfig``)."""
+
+    bootstrap_servers: str
+    checkpoint: str
+    redis_url: str | None = None
+    trigger_seconds: float = 5.0
+    available_now: bool = False
+    source: str = "auto"
+    starting_offsets: str = "earliest"
+    n_shards: int = DEFAULT_SHARDS
+    bundle_ttl_seconds: float | None = None  # None: loadBalancerBrokerLoadDataTTLInSeconds
+    max_offsets_per_trigger: int | None = None
+    client_config: Mapping[str, Any] = field(default_factory=dict)
+    query_name: str = "pulsar-lb-stream"
+    seed: int = 0
+
+
+def spark_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:
+    """A session with what the job needs: RocksDB state store and Arrow for pandas."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName("pulsar-lb-stream")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+
+
+def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfig) -> Any:
+    """The state step's output as a streaming DataFrame (before the decision stage)."""
+    from pyspark.sql import functions as F
+
+    from streaming.source import read_kafka_stream
+
+    raw = read_kafka_stream(
+        spark,
+        bootstrap_servers=settings.bootstrap_servers,
+        topic=config.load_reports_topic,
+        source=settings.source,
+        starting_offsets=settings.starting_offsets,
+        client_config=dict(settings.client_config) or None,
+        max_offsets_per_trigger=settings.max_offsets_per_trigger,
+    )
+    records = raw.select(
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        F.unix_millis("timestamp").alias("timestamp_ms"),
+    )
+    parse = ParseSettings(config.max_report_bytes, settings.n_shards, weights_from_config(config))
+    parsed = records.mapInPandas(parse_batches(parse), ddl(PARSED_FIELDS))
+    ttl_s = settings.bundle_ttl_seconds
+    if ttl_s is None:
+        ttl_s = config.load_balancer_broker_load_data_ttl_in_seconds
+    processor = LoadStateProcessor(
+        history_percentage=config.load_balancer_history_resource_percentage,
+        report_timeout_ms=int(config.load_balancer_broker_report_timeout_seconds * 1000),
+        bundle_ttl_ms=int(ttl_s * 1000),
+    )
+    return parsed.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=processor,
+        outputStructType=ddl(OUTPUT_FIELDS),
+        outputMode="Update",
+        timeMode="ProcessingTime",
+    )
+
+
+def start_query(
+    spark: Any,
+    settings: StreamSettings,
+    config: LoadBalancerConfig,
+    on_batch: Callable[[BatchStats], None] | None = None,
+) -> Any:
+    """Start the whole query; returns the ``StreamingQuery``."""
+    stage = DecisionStage(
+        config=config,
+        bootstrap_servers=settings.bootstrap_servers,
+        redis_url=settings.redis_url,
+        client_config=dict(settings.client_config) or None,
+        seed=settings.seed,
+        on_batch=on_batch,
+    )
+    writer = (
+        build_stream(spark, settings, config)
+        .writeStream.queryName(settings.query_name)
+        .option("checkpointLocation", settings.checkpoint)
+        .foreachBatch(stage)
+    )
+    if settings.available_now:
+        writer = writer.trigger(availableNow=True)
+    elif settings.trigger_seconds > 0:
+        writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
+    return writer.start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streaming.job`` / ``spark-submit streaming/job.py``: the ``lbctl stream``
+    options without the ``lbctl`` front."""
+    import argparse
+    import logging
+
+    from streaming.cli import add_stream_arguments, run_stream
+
+    parser = argparse.ArgumentParser(prog="streaming.job", description=__doc__.split("\n")[0])
+    add_stream_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run_stream(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Decode and validate load reports on the executors; bad records become dead-letter rows.
+
+Why here and like this: decoding is the costliest per-record step (a report carries thousands of
+bundles), so it runs in ``mapInPandas`` on the executors, next to the source partitions, with the
+pure codec ``loadbalance.report_codec.decode_report`` as the single definition of a valid report.
+The query must never fail on bad input, so every record is handled on its own: an
+``InvalidInput`` becomes a dead letter with the codec's field and reason, and ANY other exception
+becomes one with reason ``internal: <type>`` (a bug in our code must not stop the cluster's
+balancing either). The size limit (``maxReportBytes``) is checked before anything else.
+
+A good report becomes one ``report`` row for its broker's key and one ``samples`` row per shard
+its bundles fall into (``streaming.schema``); the executors get only the picklable
+``ParseSettings``, never a client.
+
+A dead letter is JSON: the raw value as base64 (cut to ``DEAD_LETTER_MAX_VALUE_BYTES`` so an
+oversized record still fits in a Kafka message, with ``valueTruncated`` and ``valueBytes`` saying
+so), the record key, topic, partition, offset and timestamp, and the ``field`` and ``reason``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadbalance.errors import InvalidInput
+from loadbalance.model import LocalBrokerData
+from loadbalance.report_codec import decode_report, report_to_dict
+from loadbalance.view import UsageWeights
+from streaming.schema import (
+    BROKER_PREFIX,
+    DEAD,
+    DEAD_KEY,
+    PARSED_FIELDS,
+    REPORT,
+    SAMPLES,
+    SHARD_PREFIX,
+    frame,
+)
+from streaming.shard_state import pack_samples, shard_of
+
+DEAD_LETTER_VERSION = 1
+DEAD_LETTER_MAX_VALUE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ParseSettings:
+    """What the executors need to parse: plain values only (pickled into the tasks)."""
+
+    max_report_bytes: int
+    n_shards: int
+    weights: UsageWeights
+
+
+def dead_letter(
+    value: bytes | None,
+    key: bytes | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int,
+    field: str,
+    reason: str,
+) -> bytes:
+    """The dead-letter document for one rejected record."""
+    raw = value or b""
+    shown = raw[:DEAD_LETTER_MAX_VALUE_BYTES]
+    doc = {
+        "deadLetterVersion": DEAD_LETTER_VERSION,
+        "topic": topic,
+        "partition": int(partition),
+        "offset": int(offset),
+        "timestamp": int(timestamp_ms),
+        "key": key.decode("utf-8", "replace") if key is not None else None,
+        "value": base64.b64encode(shown).decode(),
+        "valueBytes": len(raw),
+        "valueTruncated": len(shown) < len(raw),
+        "field": field,
+        "reason": reason,
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _broker_id(key: bytes | None) -> str | None:
+    if key is None or len(key) == 0:
+        return None
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("key", "record key is not UTF-8") from None
+
+
+def report_rows(
+    report: LocalBrokerData,
+    settings: ParseSettings,
+    event_ms: int,
+    partition: int,
+    offset: int,
+) -> list[tuple[Any, ...]]:
+    """The ``report`` row and the per-shard ``samples`` rows of one decoded report."""
+    broker = report.broker
+    doc = report_to_dict(report)
+    del doc["lastStats"]
+    rows: list[tuple[Any, ...]] = [
+        (
+            BROKER_PREFIX + broker,
+            REPORT,
+            broker,
+            event_ms,
+            partition,
+            offset,
+            settings.weights.weighted_max(report),
+            report.msg_throughput,
+            json.dumps(doc, separators=(",", ":")).encode(),
+        )
+    ]
+    stats = report.last_stats
+    if not stats:
+        return rows
+    names = list(stats)
+    values = np.array(
+        [
+            (s.msg_throughput_in, s.msg_throughput_out, s.msg_rate_in, s.msg_rate_out)
+            for s in stats.values()
+        ],
+        dtype=np.float64,
+    )
+    counts = np.array(
+        [(s.topics, s.consumer_count, s.producer_count) for s in stats.values()], dtype=np.int64
+    )
+    shards = np.fromiter((shard_of(n, settings.n_shards) for n in names), np.int64, len(names))
+    order = np.argsort(shards, kind="stable")
+    bounds = np.flatnonzero(np.diff(shards[order])) + 1
+    for part in np.split(order, bounds):
+        shard = int(shards[part[0]])
+        block = pack_samples([names[i] for i in part.tolist()], values[part], counts[part])
+        rows.append(
+            (
+                SHARD_PREFIX + str(shard),
+                SAMPLES,
+                broker,
+                event_ms,
+                partition,
+                offset,
+                0.0,
+                0.0,
+                block,
+            )
+        )
+    return rows
+
+
+def parse_record(
+    value: bytes | None,
+    key: bytes | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int,
+    settings: ParseSettings,
+) -> list[tuple[Any, ...]]:
+    """Rows for one Kafka record; never raises."""
+    try:
+        # the codec checks the size limit before it parses anything
+        report = decode_report(value, _broker_id(key), max_bytes=settings.max_report_bytes)
+        return report_rows(report, settings, timestamp_ms, partition, offset)
+    except InvalidInput as e:
+        field, reason = e.field, e.reason
+    except Exception as e:  # one bad record must never stop the query
+        field, reason = "", f"internal: {type(e).__name__}"
+    doc = dead_letter(value, key, topic, partition, offset, timestamp_ms, field, reason)
+    return [(DEAD_KEY, DEAD, "", timestamp_ms, partition, offset, 0.0, 0.0, doc)]
+
+
+def parse_batches(
+    settings: ParseSettings,
+) -> Any:
+    """The ``mapInPandas`` function: Kafka rows (key, value, topic, partition, offset,
+    timestamp_ms) in, parsed rows (``streaming.schema.PARSED_FIELDS``) out."""
+    names = [n for n, _ in PARSED_FIELDS]
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in batches:
+            rows: list[tuple[Any, ...]] = []
+            for value, key, topic, partition, offset, ts in zip(
+                pdf["value"].tolist(),
+                pdf["key"].tolist(),
+                pdf["topic"].tolist(),
+                pdf["partition"].tolist(),
+                pdf["offset"].tolist(),
+                pdf["timestamp_ms"].tolist(),
+                strict=True,
+            ):
+                rows.extend(
+                    parse_record(
+                        _bytes(value), _bytes(key), topic, partition, offset, int(ts), settings
+                    )
+                )
+            if rows:
+                yield pd.DataFrame.from_records(rows, columns=names)
+            else:
+                yield frame(PARSED_FIELDS, 0)
+
+    return run
+
+
+def _bytes(v: Any) -> bytes | None:
+    if v is None:
+        return None
+    if isinstance(v, float):  # pandas' missing value
+        return None
+    return bytes(v)
