@@ -1,0 +1,315 @@
+"""The broker agent: samples a broker's load, publishes reports by Pulsar's rule, keeps leases.
+
+Why a separate agent: a real broker (Pulsar or not) knows its bundles but not our Kafka topic or
+Redis leases. The agent runs beside it, every ``loadBalancerReportUpdateMinIntervalMillis``:
+
+1. samples the host (``producers.host_usage``) and the broker's bundle stats (a provider from
+   ``producers.bundle_stats``) and builds a ``LocalBrokerData``;
+2. if a Redis store is wired in, heartbeats the broker's registration and renews the leases of
+   the bundles it reports (every check, so a lease never waits for a report to be published);
+3. asks ``loadbalance.report_rule`` whether the report moved enough to publish, and if so writes
+   it to the load-report topic keyed by broker id.
+
+Time comes in as ``now_ms`` to ``tick``, so tests drive the agent with a fake clock and never
+sleep; ``run`` is the thin loop around it with a clean stop on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from loadbalance.bundles import bundle_namespace
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.errors import InvalidInput, LoadBalancerError, Transient
+from loadbalance.model import LocalBrokerData
+from loadbalance.report_codec import encode_report
+from loadbalance.report_rule import PublishVerdict, ReportUpdateRule
+from producers.bundle_stats import BundleStatsProvider, BundleStatsSnapshot
+from producers.host_usage import HostUsage
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Epoch milliseconds: reports and Redis leases are stamped in wall-clock time."""
+    return time.time_ns() // 1_000_000
+
+
+class UsageSource(Protocol):
+    def sample(self, now_ms: int) -> HostUsage: ...
+
+
+class ReportPublisher(Protocol):
+    def publish(self, broker_id: str, payload: bytes) -> None: ...
+
+
+class LeaseStore(Protocol):
+    """The part of ``controller.redis_store.RedisStore`` the agent uses."""
+
+    def register_broker(
+        self, broker: str, now_ms: int, ttl_ms: int, info: Mapping[str, Any] | None = None
+    ) -> None: ...
+
+    def owners(self, ns: str, now_ms: int) -> Mapping[str, Any]: ...
+
+    def renew_all(
+        self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
+    ) -> dict[str, bool]: ...
+
+
+def build_report(
+    broker_id: str,
+    usage: HostUsage,
+    stats: BundleStatsSnapshot,
+    now_ms: int,
+    *,
+    web_service_url: str = "",
+    pulsar_service_url: str = "",
+) -> LocalBrokerData:
+    """One ``LocalBrokerData``: host usage plus bundle stats, with the broker totals summed
+    from the bundles (as Pulsar's broker does when it fills its own report)."""
+    s = stats.last_stats.values()
+    return LocalBrokerData(
+        broker=broker_id,
+        cpu=usage.cpu,
+        memory=usage.memory,
+        direct_memory=usage.direct_memory,
+        bandwidth_in=usage.bandwidth_in,
+        bandwidth_out=usage.bandwidth_out,
+        msg_rate_in=sum(x.msg_rate_in for x in s),
+        msg_rate_out=sum(x.msg_rate_out for x in s),
+        msg_throughput_in=sum(x.msg_throughput_in for x in s),
+        msg_throughput_out=sum(x.msg_throughput_out for x in s),
+        num_topics=sum(x.topics for x in s),
+        num_bundles=len(stats.bundles),
+        num_consumers=sum(x.consumer_count for x in s),
+        num_producers=sum(x.producer_count for x in s),
+        bundles=stats.bundles,
+        last_stats=stats.last_stats,
+        last_update_ms=now_ms,
+        web_service_url=web_service_url,
+        pulsar_service_url=pulsar_service_url,
+    )
+
+
+class KafkaReportPublisher:
+    """Writes encoded reports to the load-report topic, keyed by broker id, and waits for each.
+
+    Waiting per report is deliberate: reports are seconds apart, and an undelivered one must
+    not count as published, or the rule would compare the next sample against a report nobody
+    saw. ``client_config`` passes SASL/SSL settings straight to librdkafka.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        client_config: Mapping[str, Any] | None = None,
+        flush_timeout_s: float = 10.0,
+    ) -> None:
+        from confluent_kafka import Producer
+
+        from infra.topics import kafka_client_config
+
+        self.topic = topic
+        self.flush_timeout_s = flush_timeout_s
+        self._producer = Producer(kafka_client_config(bootstrap_servers, client_config))
+        self._errors: list[str] = []
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self._errors.append(str(err))
+
+    def publish(self, broker_id: str, payload: bytes) -> None:
+        self._errors.clear()
+        try:
+            self._producer.produce(
+                self.topic, key=broker_id.encode(), value=payload, on_delivery=self._on_delivery
+            )
+        except BufferError as e:
+            raise Transient(f"producer queue full: {e}") from None
+        remaining = self._producer.flush(self.flush_timeout_s)
+        if remaining or self._errors:
+            detail = "; ".join(self._errors) or f"{remaining} still queued"
+            raise Transient(f"report not delivered to {self.topic}: {detail}")
+
+    def close(self) -> None:
+        self._producer.flush(self.flush_timeout_s)
+
+
+class LeaseKeeper:
+    """Keeps the broker registered and its reported bundles' leases alive in the store.
+
+    Only leases this broker already holds are renewed (with the token it holds them by); a
+    reported bundle that Redis gives to someone else is left alone: the store is the truth,
+    and the fencing tokens would refuse the renewal anyway.
+    """
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        broker_id: str,
+        registration_ttl_ms: int,
+        lease_ttl_ms: int,
+        info: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.broker_id = broker_id
+        self.registration_ttl_ms = registration_ttl_ms
+        self.lease_ttl_ms = lease_ttl_ms
+        self.info = dict(info or {})
+
+    def held_leases(self, bundles: Iterable[str], now_ms: int) -> dict[str, int]:
+        """bundle -> fencing token of the reported bundles this broker holds right now."""
+        by_ns: dict[str, list[str]] = defaultdict(list)
+        for b in bundles:
+            by_ns[bundle_namespace(b)].append(b)
+        held: dict[str, int] = {}
+        for ns, names in sorted(by_ns.items()):
+            try:
+                owners = self.store.owners(ns, now_ms)
+            except InvalidInput:  # namespace not in the store (yet): nothing to renew
+                continue
+            for b in names:
+                lease = owners.get(b)
+                if lease is not None and lease.broker == self.broker_id:
+                    held[b] = lease.token
+        return held
+
+    def heartbeat(self, bundles: Iterable[str], now_ms: int) -> dict[str, bool]:
+        """Register/heartbeat, then renew; returns bundle -> renewed."""
+        self.store.register_broker(self.broker_id, now_ms, self.registration_ttl_ms, self.info)
+        held = self.held_leases(bundles, now_ms)
+        return self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)
+
+
+class Agent:
+    """One broker's agent; ``tick`` is one check, ``run`` the loop the CLI runs."""
+
+    def __init__(
+        self,
+        config: LoadBalancerConfig,
+        broker_id: str,
+        usage_source: UsageSource,
+        stats_provider: BundleStatsProvider,
+        publisher: ReportPublisher,
+        clock: Clock = wall_clock_ms,
+        *,
+        lease_keeper: LeaseKeeper | None = None,
+        web_service_url: str = "",
+        pulsar_service_url: str = "",
+    ) -> None:
+        if not broker_id or broker_id != broker_id.strip():
+            raise ValueError("broker id must be non-empty and trimmed")
+        self.config = config
+        self.broker_id = broker_id
+        self.usage_source = usage_source
+        self.stats_provider = stats_provider
+        self.publisher = publisher
+        self.clock = clock
+        self.lease_keeper = lease_keeper
+        self.web_service_url = web_service_url
+        self.pulsar_service_url = pulsar_service_url
+        self.rule = ReportUpdateRule.from_config(config)
+        self.last_check_ms: int | None = None
+        self.last_published: LocalBrokerData | None = None
+        self.last_published_ms: int | None = None
+        self.last_verdict: PublishVerdict | None = None
+        self.published_count = 0
+        self._stop = threading.Event()
+
+    def tick(self, now_ms: int | None = None) -> bool:
+        """One check at ``now_ms`` (default: the clock); True if a report was published.
+
+        A failing provider skips the whole check, heartbeat included: if the broker cannot
+        say what it serves, it should not keep its registration or leases alive either.
+        """
+        now_ms = self.clock() if now_ms is None else now_ms
+        if not self.rule.check_due(self.last_check_ms, now_ms):
+            return False
+        self.last_check_ms = now_ms
+        try:
+            stats = self.stats_provider.fetch()
+        except LoadBalancerError as e:
+            log.warning("bundle stats unavailable, skipping this check: %s", e)
+            return False
+        report = build_report(
+            self.broker_id,
+            self.usage_source.sample(now_ms),
+            stats,
+            now_ms,
+            web_service_url=self.web_service_url,
+            pulsar_service_url=self.pulsar_service_url,
+        )
+        self._keep_leases(report, now_ms)
+        verdict = self.rule.verdict(self.last_published, self.last_published_ms, report, now_ms)
+        self.last_verdict = verdict
+        if not verdict.publish:
+            return False
+        try:
+            self.publisher.publish(self.broker_id, encode_report(report))
+        except LoadBalancerError as e:
+            log.warning("report not published, retrying at the next check: %s", e)
+            return False
+        self.last_published, self.last_published_ms = report, now_ms
+        self.published_count += 1
+        log.info(
+            "published report broker=%s bundles=%d max_usage=%.1f%% msg_rate=%.1f/s "
+            "throughput=%.0fB/s (%s)",
+            self.broker_id,
+            report.num_bundles,
+            report.max_resource_usage() * 100.0,
+            report.msg_rate,
+            report.msg_throughput,
+            verdict.reason,
+        )
+        return True
+
+    def _keep_leases(self, report: LocalBrokerData, now_ms: int) -> None:
+        if self.lease_keeper is None:
+            return
+        try:
+            renewed = self.lease_keeper.heartbeat(report.bundles, now_ms)
+        except Exception as e:  # Redis down: keep reporting, the next check retries
+            log.warning("broker heartbeat/lease renewal failed: %s", e)
+            return
+        lost = sorted(b for b, ok in renewed.items() if not ok)
+        if lost:
+            log.warning("leases not renewed (lost to another owner?): %s", ", ".join(lost))
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the current check."""
+        self._stop.set()
+
+    def run(self, *, once: bool = False) -> int:
+        """Check every min interval until stopped; ``once``: one check, exit 0 iff published."""
+        installed = self._install_signal_handlers()
+        try:
+            interval_s = self.rule.min_interval_ms / 1000.0
+            while not self._stop.is_set():
+                published = self.tick(self.clock())
+                if once:
+                    return 0 if published else 1
+                self._stop.wait(interval_s)
+            log.info("agent for %s stopped after %d reports", self.broker_id, self.published_count)
+            return 0
+        finally:
+            for sig, previous in installed:
+                signal.signal(sig, previous)
+
+    def _install_signal_handlers(self) -> list[tuple[int, Any]]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        installed = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            installed.append((sig, signal.getsignal(sig)))
+            signal.signal(sig, lambda _s, _f: self.stop())
+        return installed

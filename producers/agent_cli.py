@@ -1,0 +1,134 @@
+"""``lbctl agent``: run the broker agent beside a real broker.
+
+The shell around ``producers.agent.Agent``: it reads the configuration, builds the psutil host
+sampler, the bundle-stats provider, the Kafka publisher and (with ``--redis-url``) the Redis
+lease keeper, then loops until SIGTERM/SIGINT. ``--once`` does a single check and exits, which
+is handy from cron or to try a provider out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lbctl.config_cmd import add_config_arguments, load_from_args
+from loadbalance.config import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "agent",
+        help="run beside a broker: publish its load reports and keep its leases",
+        description="Sample the host (psutil) and the broker's bundle stats, publish a "
+        "LocalBrokerData report to the load-report topic whenever Pulsar's update rule says "
+        "so (loadBalancerReportUpdate* knobs), and with --redis-url heartbeat the broker and "
+        "renew the leases of the bundles it reports.",
+    )
+    p.add_argument("--broker-id", required=True, help="broker id; also the Kafka record key")
+    p.add_argument(
+        "--bootstrap-servers",
+        default="",
+        help="Kafka bootstrap servers (default: kafkaBootstrapServers)",
+    )
+    p.add_argument(
+        "--provider",
+        default="",
+        metavar="file:PATH|http:URL|pulsar:URL",
+        help="bundle stats: a load-report JSON file, an HTTP URL serving one, or a Pulsar "
+        "broker's web service URL (reads /admin/v2/broker-stats/load-report); default: none",
+    )
+    p.add_argument("--pulsar-token", default="", help="token for a pulsar: provider with auth")
+    p.add_argument(
+        "--cpu-limit-percent",
+        type=float,
+        default=None,
+        help="CPU limit in percent of one core (default: usable cores x 100)",
+    )
+    p.add_argument(
+        "--nic-speed-mbps",
+        type=float,
+        default=None,
+        help="NIC speed in Mbit/s (default: detected, else 1000)",
+    )
+    p.add_argument(
+        "--redis-url",
+        default="",
+        help="heartbeat the broker and renew its leases in this Redis (default: redisUrl; "
+        "empty = no Redis)",
+    )
+    p.add_argument("--web-service-url", default="", help="webServiceUrl written in the report")
+    p.add_argument(
+        "--pulsar-service-url", default="", help="pulsarServiceUrl written in the report"
+    )
+    p.add_argument("--once", action="store_true", help="one check, then exit (0 = published)")
+    add_config_arguments(p)
+    p.set_defaults(func=run_agent)
+
+
+def _kafka_security(config: object) -> dict[str, str]:
+    pairs = {
+        "security.protocol": "kafka_security_protocol",
+        "sasl.mechanism": "kafka_sasl_mechanism",
+        "sasl.username": "kafka_sasl_username",
+        "sasl.password": "kafka_sasl_password",
+        "ssl.ca.location": "kafka_ssl_ca_location",
+    }
+    return {k: str(getattr(config, a)) for k, a in pairs.items() if getattr(config, a, "")}
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    from producers.agent import Agent, KafkaReportPublisher, LeaseKeeper
+    from producers.bundle_stats import provider_from_spec
+    from producers.host_usage import PsutilHostUsage
+
+    try:
+        config = load_from_args(args)
+    except ConfigError as e:
+        print(f"lbctl agent: {e}", file=sys.stderr)
+        return 2
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    if not bootstrap:
+        print("lbctl agent: needs --bootstrap-servers (or kafkaBootstrapServers)", file=sys.stderr)
+        return 2
+    try:
+        provider = provider_from_spec(args.provider, token=args.pulsar_token)
+        usage = PsutilHostUsage(args.cpu_limit_percent, args.nic_speed_mbps)
+    except ValueError as e:
+        print(f"lbctl agent: {e}", file=sys.stderr)
+        return 2
+    keeper = None
+    redis_url = args.redis_url or config.redis_url
+    if redis_url:
+        from controller.redis_store import RedisStore
+
+        auth = {"username": config.redis_username, "password": config.redis_password}
+        store = RedisStore.from_url(
+            redis_url, prefix=config.redis_key_prefix, **{k: v for k, v in auth.items() if v}
+        )
+        keeper = LeaseKeeper(
+            store,
+            args.broker_id,
+            registration_ttl_ms=int(config.load_balancer_broker_registration_ttl_seconds * 1000),
+            lease_ttl_ms=int(config.load_balancer_ownership_lease_ttl_seconds * 1000),
+            info={
+                "webServiceUrl": args.web_service_url,
+                "pulsarServiceUrl": args.pulsar_service_url,
+            },
+        )
+    publisher = KafkaReportPublisher(
+        bootstrap, config.load_reports_topic, client_config=_kafka_security(config)
+    )
+    agent = Agent(
+        config,
+        args.broker_id,
+        usage,
+        provider,
+        publisher,
+        lease_keeper=keeper,
+        web_service_url=args.web_service_url,
+        pulsar_service_url=args.pulsar_service_url,
+    )
+    try:
+        return agent.run(once=args.once)
+    finally:
+        publisher.close()
