@@ -79,9 +79,12 @@ class ReportUpdateRule:
         """True when a check may run: never checked yet, or a full min interval has passed.
 
         Sampling the host and the bundle stats is the expensive part, so the agent asks this
-        before it samples anything.
+        before it samples anything. A clock that stepped backwards (NTP) counts as due, or
+        the agent would go silent until wall time caught up again.
         """
-        return last_check_ms is None or now_ms - last_check_ms >= self.min_interval_ms
+        if last_check_ms is None or now_ms < last_check_ms:
+            return True
+        return now_ms - last_check_ms >= self.min_interval_ms
 
     def verdict(
         self,

@@ -60,6 +60,7 @@ def test_check_due_only_after_the_min_interval() -> None:
     assert RULE.check_due(None, 0)
     assert not RULE.check_due(10_000, 14_999)
     assert RULE.check_due(10_000, 15_000)
+    assert RULE.check_due(10_000, 2_000)  # the wall clock stepped back: do not go silent
 
 
 def test_no_change_within_max_interval_is_not_published() -> None:
