@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "streaming.cli",
     "controller.cli",
     "producers.cli",
+    "producers.agent_cli",
     "lbctl.run_cmd",
 )
 
