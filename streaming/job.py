@@ -48,6 +48,7 @@ class StreamSettings:
     n_shards: int = DEFAULT_SHARDS
     bundle_ttl_seconds: float | None = None  # None: loadBalancerBrokerLoadDataTTLInSeconds
     max_offsets_per_trigger: int | None = None
+    watermark_delay_seconds: float = 60.0
     client_config: Mapping[str, Any] = field(default_factory=dict)
     query_name: str = "pulsar-lb-stream"
     seed: int = 0
@@ -94,7 +95,11 @@ def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfi
         F.unix_millis("timestamp").alias("timestamp_ms"),
     )
     parse = ParseSettings(config.max_report_bytes, settings.n_shards, weights_from_config(config))
-    parsed = records.mapInPandas(parse_batches(parse), ddl(PARSED_FIELDS))
+    parsed = (
+        records.mapInPandas(parse_batches(parse), ddl(PARSED_FIELDS))
+        .withColumn("event_time", F.timestamp_millis("event_ms"))
+        .withWatermark("event_time", f"{int(settings.watermark_delay_seconds * 1000)} milliseconds")
+    )
     ttl_s = settings.bundle_ttl_seconds
     if ttl_s is None:
         ttl_s = config.load_balancer_broker_load_data_ttl_in_seconds
@@ -107,7 +112,7 @@ def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfi
         statefulProcessor=processor,
         outputStructType=ddl(OUTPUT_FIELDS),
         outputMode="Update",
-        timeMode="ProcessingTime",
+        timeMode="EventTime",
     )
 
 

@@ -14,11 +14,12 @@ call, so there are few keys and the work inside a key is vectorised):
 * ``b:<broker>``: value state ``broker`` with the history-weighted usage
   (``loadBalancerHistoryResourcePercentage`` over the weighted capped max usage computed at
   parse time), the throughput EMA with the same weight, the last report's figures and event
-  time, and a processing-time timer. A broker with no report for
-  ``loadBalancerBrokerReportTimeoutSeconds`` is forgotten and reported as ``broker_gone``.
-  Processing time, because "gone" is about the broker being silent now (as a lease or an
-  ephemeral znode is), and it stays replay-exact: Spark keeps each batch's timestamp in its
-  offset log, and timers compare against that.
+  time, and an event-time timer. A broker with no report for
+  ``loadBalancerBrokerReportTimeoutSeconds`` of event time (the watermark, i.e. the other
+  brokers' reports, moved past its last report plus the timeout) is forgotten and reported as
+  ``broker_gone``. Event time rather than processing time because it needs no clock, is exact
+  on replay, and lets ``availableNow`` runs finish: Spark runs a batch without data forever for
+  pending processing-time timers, so such a query never drains.
 * ``dead``: no state; dead letters pass through to the decision stage, so one query reads the
   source once.
 
@@ -91,7 +92,7 @@ class LoadStateProcessor(StatefulProcessor):
             yield from self._samples(pdf)
         elif name.startswith(BROKER_PREFIX):
             pdf = pdf.sort_values(["event_ms", "partition", "offset"], kind="stable")
-            yield from self._reports(name[len(BROKER_PREFIX) :], pdf, timerValues)
+            yield from self._reports(name[len(BROKER_PREFIX) :], pdf)
         else:
             yield frame(
                 OUTPUT_FIELDS,
@@ -139,9 +140,7 @@ class LoadStateProcessor(StatefulProcessor):
             self.shard.clear()
         yield pd.concat(out, ignore_index=True) if len(out) > 1 else out[0]
 
-    def _reports(
-        self, broker: str, pdf: pd.DataFrame, timer_values: TimerValues
-    ) -> Iterator[pd.DataFrame]:
+    def _reports(self, broker: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         prev = self.broker.get() if self.broker.exists() else None
         usage = prev[0] if prev else None
         ema = prev[1] if prev else None
@@ -154,7 +153,7 @@ class LoadStateProcessor(StatefulProcessor):
         event_ms = int(last["event_ms"])
         for old in list(self.handle.listTimers()):
             self.handle.deleteTimer(old)
-        timer_ms = timer_values.getCurrentProcessingTimeInMs() + self.report_timeout_ms
+        timer_ms = event_ms + self.report_timeout_ms
         self.handle.registerTimer(timer_ms)
         self.broker.update((usage, ema, event_ms, timer_ms, report))
         yield broker_row(BROKER, broker, event_ms, usage, ema, report)

@@ -1,0 +1,300 @@
+"""The streaming job end to end: real Kafka-protocol broker, real Redis, real local Spark.
+
+Reports go in with confluent-kafka; what the job says comes back from the decisions and
+dead-letter topics and from the load snapshot in Redis, compared with the pure code.
+Every run uses ``availableNow`` (process what is there, then stop), so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from pathlib import Path
+
+import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from controller.redis_store import RedisStore
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import ingest_kwargs
+from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, decode_decision
+from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+from loadbalance.report_codec import encode_report
+from loadbalance.view import LoadState, ingest_many
+from streaming.decide import BatchStats
+from streaming.job import StreamSettings, start_query
+
+NS = "acme/stream"
+T0_MS = 1_700_000_000_000
+MINUTE_MS = 60_000
+
+
+def _config(unique_topic, **knobs: object) -> LoadBalancerConfig:
+    return LoadBalancerConfig(
+        **{
+            "loadReportsTopic": unique_topic(1, "reports"),
+            "decisionsTopic": unique_topic(1, "decisions"),
+            "deadLettersTopic": unique_topic(1, "dead"),
+            "redisKeyPrefix": f"t{uuid.uuid4().hex[:8]}",
+            **knobs,
+        }
+    )
+
+
+def _report(broker: str, cpu: float, stats: dict[str, NamespaceBundleStats]) -> LocalBrokerData:
+    return LocalBrokerData(
+        broker=broker,
+        cpu=ResourceUsage(cpu, 100.0),
+        memory=ResourceUsage(1000.0, 4000.0),
+        bandwidth_in=ResourceUsage(100.0, 1000.0),
+        bandwidth_out=ResourceUsage(100.0, 1000.0),
+        msg_rate_in=sum(s.msg_rate_in for s in stats.values()),
+        msg_rate_out=sum(s.msg_rate_out for s in stats.values()),
+        msg_throughput_in=sum(s.msg_throughput_in for s in stats.values()),
+        msg_throughput_out=sum(s.msg_throughput_out for s in stats.values()),
+        num_bundles=len(stats),
+        bundles=frozenset(stats),
+        last_stats=stats,
+    )
+
+
+def _publish(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes, int]]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 4_000_000})
+    for key, value, ts in records:
+        p.produce(topic, value=value, key=key, timestamp=ts)
+    assert p.flush(30) == 0
+
+
+def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes, int, int]]:
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.partition.eof": True}
+    )
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    out = []
+    while True:
+        m = c.poll(5)
+        if m is None or (m.error() and m.error().code() == -191):  # partition EOF
+            break
+        if not m.error():
+            out.append((m.key(), m.value(), m.partition(), m.offset()))
+    c.close()
+    return out
+
+
+def _run(spark, kafka_bootstrap, redis_url, config, checkpoint: Path) -> list[BatchStats]:
+    stats: list[BatchStats] = []
+    settings = StreamSettings(
+        bootstrap_servers=kafka_bootstrap,
+        checkpoint=str(checkpoint),
+        redis_url=redis_url,
+        available_now=True,
+        source="python",
+        n_shards=4,
+    )
+    query = start_query(spark, settings, config, on_batch=stats.append)
+    query.awaitTermination(240)
+    assert query.exception() is None, query.exception()
+    query.stop()
+    return stats
+
+
+def _stats(rate: float, thr: float, topics: int = 4) -> NamespaceBundleStats:
+    return NamespaceBundleStats(rate, rate / 2, thr, thr / 2, topics, 2, 3)
+
+
+def _cluster_round(names: list[str], i: int) -> list[LocalBrokerData]:
+    """Four brokers, four bundles each; broker-1 at 95 % CPU, names[5] hot on broker-2."""
+    out = []
+    for b in range(4):
+        stats = {}
+        for j, name in enumerate(names[b * 4 : b * 4 + 4]):
+            rate = 5000.0 if name == names[5] else 100.0 + 10 * j + i
+            stats[name] = _stats(rate, 2e6 + 1e5 * j + 1e3 * i)
+        out.append(_report(f"broker-{b + 1}:8080", 95.0 if b == 0 else 30.0 + b, stats))
+    return out
+
+
+def _records(reports: list[LocalBrokerData], ts: int) -> list[tuple[bytes, bytes, int]]:
+    return [(r.broker.encode(), encode_report(r), ts + k) for k, r in enumerate(reports)]
+
+
+def _snapshot_bundles(r: redis.Redis, prefix: str) -> dict[str, dict]:
+    return {k.decode(): json.loads(v) for k, v in r.hgetall(f"{prefix}:load:bundles").items()}
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _assert_matches_pure(snapshot: dict[str, dict], reports: list[LocalBrokerData], config):
+    pure = ingest_many(LoadState(), reports, received_at_ms=0, **ingest_kwargs(config))
+    assert set(snapshot) == set(pure.bundles)
+    for name, data in pure.bundles.items():
+        doc = snapshot[name]
+        for side, avg in (("shortTerm", data.short_term), ("longTerm", data.long_term)):
+            assert doc[side]["numSamples"] == avg.num_samples, (name, side)
+            for key, value in (
+                ("msgRateIn", avg.msg_rate_in),
+                ("msgRateOut", avg.msg_rate_out),
+                ("msgThroughputIn", avg.msg_throughput_in),
+                ("msgThroughputOut", avg.msg_throughput_out),
+            ):
+                assert _close(doc[side][key], value), (name, side, key, doc[side][key], value)
+        assert doc["topics"] == data.topics
+    return pure
+
+
+def test_overloaded_broker_is_shed_and_hot_bundle_split(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    config = _config(
+        unique_topic,
+        loadBalancerLoadSheddingStrategy="OverloadShedder",
+        loadBalancerNamespaceBundleMaxMsgRate=1000,
+    )
+    store = RedisStore(fresh_redis, config.redis_key_prefix)
+    store.create_namespace(NS, 16)
+    names = store.get_namespace(NS).bundle_names
+    records = []
+    for i in range(3):
+        records += _records(_cluster_round(names, i), T0_MS + i * 5000)
+    _publish(kafka_bootstrap, config.load_reports_topic, records)
+
+    stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
+
+    assert sum(s.decisions for s in stats) >= 2
+    decisions = [
+        decode_decision(v) for _, v, _, _ in _read_all(kafka_bootstrap, config.decisions_topic)
+    ]
+    moves = [d for d in decisions if d.kind in (UNLOAD, TRANSFER)]
+    splits = [d for d in decisions if d.kind == SPLIT]
+    assert moves and all(d.source_broker == "broker-1:8080" for d in moves)
+    assert {d.reason for d in moves} == {"Overloaded"}
+    assert all(d.bundle in names[:4] for d in moves)
+    assert [(d.bundle, d.reason) for d in splits] == [(names[5], "MsgRate")]
+    assert splits[0].split_boundaries
+    keys = {k for k, _, _, _ in _read_all(kafka_bootstrap, config.decisions_topic)}
+    assert keys == {d.bundle.encode() for d in decisions}
+
+
+def test_state_averages_equal_the_pure_time_average_fold(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    config = _config(unique_topic)
+    names = [f"{NS}/0x{i * 0x10000000:08x}_0x{(i + 1) * 0x10000000:08x}" for i in range(15)]
+    reports = []
+    for i in range(14):  # past the 10 short-term samples
+        for b in range(3):
+            own = names[b * 5 : b * 5 + 5]
+            if i >= 7 and b == 2:  # a bundle changes owner: its averages must follow it
+                own = [*own, names[0]]
+            stats = {
+                n: _stats(10.0 * (i + 1) + j * 0.37, 1e5 * (j + 1) + 17.3 * i)
+                for j, n in enumerate(own)
+            }
+            if i >= 7 and b == 0:
+                stats.pop(names[0])
+            reports.append(_report(f"b{b}:8080", 20.0 + 3 * i + b, stats))
+    ts = [T0_MS + k * 1000 for k in range(len(reports))]
+    _publish(
+        kafka_bootstrap,
+        config.load_reports_topic,
+        [(r.broker.encode(), encode_report(r), t) for r, t in zip(reports, ts, strict=True)],
+    )
+
+    _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
+
+    pure = _assert_matches_pure(
+        _snapshot_bundles(fresh_redis, config.redis_key_prefix), reports, config
+    )
+    brokers = {
+        k.decode(): json.loads(v)
+        for k, v in fresh_redis.hgetall(f"{config.redis_key_prefix}:load:brokers").items()
+    }
+    assert set(brokers) == set(pure.brokers)
+    for name, load in pure.brokers.items():
+        assert _close(brokers[name]["historyUsage"], load.history_usage)
+        assert _close(brokers[name]["msgThroughputEma"], load.msg_throughput_ema)
+    assert _snapshot_bundles(fresh_redis, config.redis_key_prefix)[names[0]]["broker"] == "b2:8080"
+
+
+def test_restart_from_checkpoint_continues_state_and_never_republishes_a_batch(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    config = _config(
+        unique_topic,
+        loadBalancerLoadSheddingStrategy="OverloadShedder",
+        loadBalancerNamespaceBundleMaxMsgRate=1000,
+        loadBalancerSheddingGracePeriodMinutes=0,
+    )
+    store = RedisStore(fresh_redis, config.redis_key_prefix)
+    store.create_namespace(NS, 16)
+    names = store.get_namespace(NS).bundle_names
+    checkpoint = tmp_path / "ckpt"
+    first = [r for i in range(4) for r in _cluster_round(names, i)]
+    _publish(kafka_bootstrap, config.load_reports_topic, [
+        rec for i in range(4) for rec in _records(first[i * 4 : i * 4 + 4], T0_MS + i * MINUTE_MS)
+    ])  # fmt: skip
+    before = _run(spark, kafka_bootstrap, redis_url, config, checkpoint)
+    assert sum(s.decisions for s in before) >= 1
+
+    # A crash after the batch's Redis commit but before Spark's: the batch is replayed.
+    commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: int(p.name))
+    commits[-1].unlink()
+    second = [r for i in range(4, 7) for r in _cluster_round(names, i)]
+    _publish(kafka_bootstrap, config.load_reports_topic, [
+        rec for i in range(3)
+        for rec in _records(second[i * 4 : i * 4 + 4], T0_MS + (4 + i) * MINUTE_MS)
+    ])  # fmt: skip
+    after = _run(spark, kafka_bootstrap, redis_url, config, checkpoint)
+
+    replayed = [s for s in after if s.skipped]
+    assert [s.batch_id for s in replayed] == [before[-1].batch_id]
+    assert min(s.batch_id for s in after if not s.skipped) > before[-1].batch_id
+    _assert_matches_pure(
+        _snapshot_bundles(fresh_redis, config.redis_key_prefix), first + second, config
+    )
+    published = [
+        decode_decision(v).id for _, v, _, _ in _read_all(kafka_bootstrap, config.decisions_topic)
+    ]
+    assert published and len(published) == len(set(published))
+    assert sorted(published) == sorted(i for s in before + after for i in s.decision_ids)
+
+
+def test_malformed_records_go_to_dead_letters_and_good_ones_after_them_count(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    config = _config(unique_topic, maxReportBytes=4096)
+    good = _report("good:8080", 40.0, {f"{NS}/0x00000000_0x80000000": _stats(10.0, 1e4)})
+    doc = json.loads(encode_report(good))
+    bad: list[tuple[bytes | None, bytes, str]] = [
+        (b"b1", b"{this is not json", "record"),
+        (b"b2", json.dumps({**doc, "cpu": "high"}).encode(), "cpu"),
+        (b"b3", json.dumps({**doc, "padding": "x" * 5000}).encode(), "record"),
+        (b"b4", json.dumps({**doc, "lastStats": {"not-a-bundle": {}}}).encode(), "lastStats"),
+        (b"b5", json.dumps({**doc, "msgRateIn": -5}).encode(), "msgRateIn"),
+        (b"b6", json.dumps({**doc, "msgRateOut": float("nan")}).encode(), "msgRateOut"),
+        (None, json.dumps({**doc, "webServiceUrl": ""}).encode(), "key"),
+        (b"b8", b"[1, 2, 3]", "record"),
+    ]
+    records = [(k, v, T0_MS + i) for i, (k, v, _) in enumerate(bad)]
+    records.append((b"good:8080", encode_report(good), T0_MS + 100))
+    _publish(kafka_bootstrap, config.load_reports_topic, records)
+
+    stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
+
+    assert sum(s.dead_letters for s in stats) == len(bad)
+    letters = sorted(
+        (json.loads(v) for _, v, _, _ in _read_all(kafka_bootstrap, config.dead_letters_topic)),
+        key=lambda d: d["offset"],
+    )
+    assert [d["offset"] for d in letters] == list(range(len(bad)))
+    for letter, (key, value, field) in zip(letters, bad, strict=True):
+        assert letter["topic"] == config.load_reports_topic and letter["partition"] == 0
+        assert letter["reason"] and letter["field"].startswith(field), letter
+        assert letter["key"] == (key.decode() if key else None)
+        assert letter["valueBytes"] == len(value)
+    assert letters[2]["valueTruncated"] is False and "exceeds" in letters[2]["reason"]
+    brokers = fresh_redis.hkeys(f"{config.redis_key_prefix}:load:brokers")
+    assert brokers == [b"good:8080"]
