@@ -69,15 +69,12 @@ class DecisionStage:
     client_config: Mapping[str, Any] | None = None
     seed: int = 0
     on_batch: Callable[[BatchStats], None] | None = None
-    _sink: KafkaSink | None = field(default=None, init=False)
     _progress_store: RedisProgress | None = field(default=None, init=False)
     _progress: Progress | None = field(default=None, init=False)
     _view: DriverView | None = field(default=None, init=False)
 
     def _start(self) -> None:
         """Connect and seed the view from Redis (once, at the first batch after start-up)."""
-        if self._sink is None:
-            self._sink = KafkaSink(self.bootstrap_servers, self.client_config)
         if self._progress_store is None:
             self._progress_store = (
                 RedisProgress.from_url(self.redis_url, self.config.redis_key_prefix)
@@ -106,16 +103,23 @@ class DecisionStage:
     def _run(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
         self._start()
-        assert self._sink and self._progress_store and self._progress and self._view
+        assert self._progress_store and self._progress and self._view
         progress = self._progress
+        # Always run the batch to the end, even one we skip: Spark commits the state step's
+        # stores only when every partition of it was read (it fails the query otherwise).
+        pdf = df.toPandas()
         if batch_id <= progress.batch:
             log.info("batch %d already completed (last %d): skipped", batch_id, progress.batch)
-            self._report(BatchStats(batch_id, 0, 0, 0, 0.0, progress.now_ms, 0, skipped=True))
+            self._report(
+                BatchStats(batch_id, len(pdf), 0, 0, 0.0, progress.now_ms, 0, skipped=True)
+            )
             return
-        pdf = df.toPandas()
+        # A producer per batch, created here on the driver: nothing outlives the batch, so a
+        # stopped query leaves no client behind (and none is ever shipped to an executor).
+        sink = KafkaSink(self.bootstrap_servers, self.client_config)
         dead = pdf[pdf["kind"] == DEAD]
         for payload in dead["payload"].tolist():
-            self._sink.send(self.config.dead_letters_topic, None, bytes(payload))
+            sink.send(self.config.dead_letters_topic, None, bytes(payload))
         max_event_ms = int(pdf["event_ms"].max()) if len(pdf) else 0
         now_ms = max(progress.now_ms, max_event_ms)
         self._view.apply(pdf)
@@ -137,8 +141,8 @@ class DecisionStage:
             )
             decisions = result.decisions
             for d in decisions:
-                self._sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
-        self._sink.flush()
+                sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
+        sink.flush()
         new = Progress(batch_id, now_ms, cycle_state)
         self._progress_store.commit(new, *self._view.take_changes())
         self._progress = new

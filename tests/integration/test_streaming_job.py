@@ -240,14 +240,20 @@ def test_restart_from_checkpoint_continues_state_and_never_republishes_a_batch(
     assert sum(s.decisions for s in before) >= 1
 
     # A crash after the batch's Redis commit but before Spark's: the batch is replayed.
-    commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: int(p.name))
-    commits[-1].unlink()
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    for p in (checkpoint / "commits").iterdir():
+        if p.name in (str(last), f".{last}.crc"):
+            p.unlink()
     second = [r for i in range(4, 7) for r in _cluster_round(names, i)]
     _publish(kafka_bootstrap, config.load_reports_topic, [
         rec for i in range(3)
         for rec in _records(second[i * 4 : i * 4 + 4], T0_MS + (4 + i) * MINUTE_MS)
     ])  # fmt: skip
-    after = _run(spark, kafka_bootstrap, redis_url, config, checkpoint)
+    after: list[BatchStats] = []
+    for _ in range(3):  # a source without availableNow support runs one batch per start
+        after += _run(spark, kafka_bootstrap, redis_url, config, checkpoint)
+        if any(not s.skipped and s.input_rows for s in after):
+            break
 
     replayed = [s for s in after if s.skipped]
     assert [s.batch_id for s in replayed] == [before[-1].batch_id]
