@@ -1,0 +1,69 @@
+"""Topic creation is idempotent and end offsets are right on Tansu without ListOffsets(latest)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from infra.offsets import earliest_offsets, latest_offsets, partitions_for
+from infra.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+
+def _produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, n in counts.items():
+        for i in range(n):
+            producer.produce(
+                topic, key=b"k", value=f"{partition}-{i}".encode(), partition=partition
+            )
+    assert producer.flush(10) == 0
+
+
+def test_ensure_topics_creates_once_and_accepts_existing_topics(kafka_bootstrap: str) -> None:
+    name = "ensure-topics-idempotent"
+    assert ensure_topics(kafka_bootstrap, {name: 3}) == [name]
+    assert ensure_topics(kafka_bootstrap, {name: 3}) == []
+    assert ensure_topics(kafka_bootstrap, {name: 5, f"{name}-b": 1}) == [f"{name}-b"]
+    assert ensure_topics(kafka_bootstrap, {}) == []
+    metadata = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10)
+    assert len(metadata.topics[name].partitions) == 3  # an existing topic is left as it is
+    assert partitions_for(kafka_bootstrap, name) == [0, 1, 2]
+
+
+def test_latest_offsets_counts_records_per_partition(kafka_bootstrap: str, unique_topic) -> None:
+    topic = unique_topic(3)
+    assert latest_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0, 2: 0}
+    _produce(kafka_bootstrap, topic, {0: 5, 1: 7, 2: 3})
+    assert latest_offsets(kafka_bootstrap, topic) == {0: 5, 1: 7, 2: 3}
+    assert earliest_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0, 2: 0}
+    _produce(kafka_bootstrap, topic, {2: 4})
+    assert latest_offsets(kafka_bootstrap, topic) == {0: 5, 1: 7, 2: 7}
+
+
+def test_latest_offsets_with_hints_including_a_stale_one(
+    kafka_bootstrap: str, unique_topic
+) -> None:
+    topic = unique_topic(3)
+    _produce(kafka_bootstrap, topic, {0: 4, 1: 2})
+    assert latest_offsets(kafka_bootstrap, topic, hints={0: 4, 1: 1, 2: 0}) == {0: 4, 1: 2, 2: 0}
+    # a hint beyond the end (log recreated) gets no answer from Tansu and is retried from earliest
+    stale = latest_offsets(kafka_bootstrap, topic, hints={0: 99}, hint_timeout_s=0.5)
+    assert stale == {0: 4, 1: 2, 2: 0}
+
+
+def test_tansu_list_offsets_latest_is_wrong_which_is_why_latest_offsets_exists(
+    kafka_bootstrap: str, unique_topic
+) -> None:
+    """Pins the quirk: if this starts failing, Tansu was fixed and the docstring needs a note."""
+    topic = unique_topic(2)
+    _produce(kafka_bootstrap, topic, {0: 5})
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "quirk-probe"})
+    try:
+        listed = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        consumer.close()
+    assert listed == (0, 1)
+    assert latest_offsets(kafka_bootstrap, topic)[0] == 5
