@@ -1,0 +1,307 @@
+"""Benchmark of the streaming job: throughput, report-to-decision latency, state size.
+
+What it runs (everything local: embedded Tansu Kafka and Redis, Spark ``local[2]``):
+
+1. **Backlog phase.** ``--rounds`` rounds of reports (``--brokers`` x ``--bundles`` bundles per
+   broker, every broker reporting once per ``--report-interval-s`` of *event* time) are put on
+   the reports topic first. A plain confluent-kafka consumer reads them back (the baseline: how
+   fast a bare client gets the same bytes), then the job drains them; throughput is bundle
+   samples per second over the batches after the first (the first one pays for starting the
+   Python workers), from Spark's own progress reports.
+2. **Live phase.** For ``--live-seconds`` every broker publishes one report per interval, spread
+   over the interval, stamped with the wall clock. A report's latency is the time from its
+   publication to the end of the first decision-stage batch whose newest event time reaches it
+   (decisions published, Redis written). p50 and p99 over all live reports.
+3. **State size.** Bytes per bundle of the shard blobs (what the value state holds) and of
+   RocksDB's SST files (what the checkpoint holds), from the query's state-operator metrics.
+
+Tansu keeps every record in memory: the default run (40 x 2,500 = 100,000 bundles, 600 KB
+reports, 10 backlog rounds + 60 s live) holds about 0.6 GB there.
+
+    .venv/bin/python benchmarks/bench_stream.py [--brokers 40 --bundles 2500 ...] [--no-append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.embedded import EmbeddedKafka, EmbeddedRedis
+from infra.topics import ensure_topics
+from loadbalance.bundles import NamespaceBundles
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+from loadbalance.report_codec import encode_report
+from streaming.decide import BatchStats
+from streaming.job import StreamSettings, spark_session, start_query
+from streaming.shard_state import ShardState, shard_of
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+VARIANTS = 3  # pre-encoded reports per broker, rotated, so averages move without re-encoding
+
+
+def make_reports(brokers: int, bundles: int, seed: int) -> tuple[list[list[bytes]], list[str]]:
+    """Pre-encoded reports: ``VARIANTS`` per broker; namespaces of at most 100 bundles each."""
+    rng = random.Random(seed)
+    names: list[str] = []
+    per_ns = 100
+    for ns in range((brokers * bundles + per_ns - 1) // per_ns):
+        names += NamespaceBundles.initial(f"bench/ns{ns}", per_ns).bundle_names
+    out = []
+    for b in range(brokers):
+        own = names[b * bundles : (b + 1) * bundles]
+        variants = []
+        for _ in range(VARIANTS):
+            stats = {}
+            for n in own:
+                rate = rng.uniform(1, 200)
+                stats[n] = NamespaceBundleStats(rate, rate, rate * 1000, rate * 1000, 3, 2, 2)
+            report = LocalBrokerData(
+                broker=f"broker-{b}:8080",
+                cpu=ResourceUsage(rng.uniform(20, 90), 100.0),
+                memory=ResourceUsage(2000.0, 8000.0),
+                bandwidth_in=ResourceUsage(rng.uniform(100, 900), 1000.0),
+                bandwidth_out=ResourceUsage(rng.uniform(100, 900), 1000.0),
+                msg_rate_in=sum(s.msg_rate_in for s in stats.values()),
+                msg_rate_out=sum(s.msg_rate_out for s in stats.values()),
+                msg_throughput_in=sum(s.msg_throughput_in for s in stats.values()),
+                msg_throughput_out=sum(s.msg_throughput_out for s in stats.values()),
+                num_bundles=len(stats),
+                bundles=frozenset(stats),
+                last_stats=stats,
+            )
+            variants.append(encode_report(report))
+        out.append(variants)
+    return out, names[: brokers * bundles]
+
+
+def producer(bootstrap: str):
+    from confluent_kafka import Producer
+
+    return Producer(
+        {"bootstrap.servers": bootstrap, "message.max.bytes": 8_000_000, "linger.ms": 5}
+    )
+
+
+def publish_backlog(bootstrap: str, topic: str, reports, rounds: int, t0_ms: int, step_ms: int):
+    p = producer(bootstrap)
+    for r in range(rounds):
+        for b, variants in enumerate(reports):
+            p.produce(topic, key=f"broker-{b}:8080", value=variants[r % VARIANTS],
+                      timestamp=t0_ms + r * step_ms + b)  # fmt: skip
+            p.poll(0)
+        p.flush(60)
+    assert p.flush(60) == 0
+
+
+def consumer_baseline(bootstrap: str, topic: str, partitions: int, expected: int) -> float:
+    """Records per second a bare confluent-kafka consumer reads the topic at."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-baseline",
+                  "enable.partition.eof": True, "fetch.max.bytes": 64_000_000})  # fmt: skip
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got, eof, started = 0, 0, time.perf_counter()
+    while got < expected and eof < partitions:
+        m = c.poll(5)
+        if m is None:
+            break
+        if m.error():
+            eof += m.error().code() == -191
+            continue
+        got += 1
+    elapsed = time.perf_counter() - started
+    c.close()
+    return got / elapsed
+
+
+def live_phase(bootstrap, topic, reports, seconds: float, interval_s: float, sent: list[int]):
+    """Publish in real time; every broker once per interval, spread over it."""
+    p = producer(bootstrap)
+    n = len(reports)
+    start = time.time()
+    k = 0
+    while True:
+        due = start + k * interval_s / n
+        if due - start >= seconds:
+            break
+        time.sleep(max(0.0, due - time.time()))
+        b = k % n
+        now_ms = int(time.time() * 1000)
+        p.produce(topic, key=f"broker-{b}:8080", value=reports[b][(k // n) % VARIANTS],
+                  timestamp=now_ms)  # fmt: skip
+        p.poll(0)
+        sent.append(now_ms)
+        k += 1
+    p.flush(60)
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--brokers", type=int, default=40)
+    ap.add_argument("--bundles", type=int, default=2500, help="bundles per broker")
+    ap.add_argument("--rounds", type=int, default=10, help="backlog rounds")
+    ap.add_argument("--live-seconds", type=float, default=60.0)
+    ap.add_argument("--report-interval-s", type=float, default=5.0)
+    ap.add_argument("--partitions", type=int, default=2, help="partitions of the reports topic")
+    ap.add_argument("--shards", type=int, default=32)
+    ap.add_argument("--trigger-seconds", type=float, default=1.0)
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    ap.add_argument("--source", default="auto", choices=("auto", "kafka", "python"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-append", action="store_true", help="do not write docs/benchmarks.md")
+    args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    print(f"building {args.brokers} x {args.bundles} reports ...", flush=True)
+    reports, names = make_reports(args.brokers, args.bundles, args.seed)
+    report_bytes = statistics.mean(len(v) for vs in reports for v in vs)
+    samples_per_round = args.brokers * args.bundles
+    step_ms = int(args.report_interval_s * 1000)
+    with EmbeddedKafka(work) as kafka, EmbeddedRedis(work) as redis_server:
+        bs = kafka.bootstrap_servers
+        config = LoadBalancerConfig(**{"maxReportBytes": 16 * 1024 * 1024})
+        ensure_topics(bs, {config.load_reports_topic: args.partitions,
+                           config.decisions_topic: 1, config.dead_letters_topic: 1})  # fmt: skip
+        t0_ms = int(time.time() * 1000) - args.rounds * step_ms - 60_000
+        print(f"publishing {args.rounds} backlog rounds ({report_bytes / 1e3:.0f} KB reports)")
+        publish_backlog(bs, config.load_reports_topic, reports, args.rounds, t0_ms, step_ms)
+        backlog_records = args.rounds * args.brokers
+        baseline_rps = consumer_baseline(bs, config.load_reports_topic, args.partitions,
+                                         backlog_records)  # fmt: skip
+        print(f"plain consumer: {baseline_rps:.1f} reports/s = "
+              f"{baseline_rps * args.bundles:,.0f} bundle samples/s")  # fmt: skip
+
+        batches: list[tuple[BatchStats, float]] = []
+        lock = threading.Lock()
+
+        def on_batch(s: BatchStats) -> None:
+            with lock:
+                batches.append((s, time.time()))
+
+        spark = spark_session("local[2]", 2)
+        spark.sparkContext.setLogLevel("ERROR")
+        settings = StreamSettings(
+            bootstrap_servers=bs,
+            checkpoint=str(work / "ckpt"),
+            redis_url=redis_server.url,
+            trigger_seconds=args.trigger_seconds,
+            source=args.source,
+            n_shards=args.shards,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+        )
+        query = start_query(spark, settings, config, on_batch=on_batch)
+        last_ts = t0_ms + (args.rounds - 1) * step_ms + args.brokers - 1
+        deadline = time.time() + 1800
+        while time.time() < deadline:
+            with lock:
+                if any(s.max_event_ms >= last_ts for s, _ in batches):
+                    break
+            if query.exception() is not None:
+                raise RuntimeError(query.exception())
+            time.sleep(0.5)
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        steady = progress[1:] or progress
+        rows = sum(p["numInputRows"] for p in steady)
+        secs = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+        job_rps = rows / secs if secs else float("nan")
+        print(f"job (backlog): {job_rps:.1f} reports/s = {job_rps * args.bundles:,.0f} "
+              f"bundle samples/s over {len(steady)} batches")  # fmt: skip
+
+        sent: list[int] = []
+        seen_before = len(batches)
+        live_phase(bs, config.load_reports_topic, reports, args.live_seconds,
+                   args.report_interval_s, sent)  # fmt: skip
+        time.sleep(3 * max(args.trigger_seconds, 1.0) + 5)
+        with lock:
+            live = [(s.max_event_ms, done) for s, done in batches[seen_before:] if s.max_event_ms]
+        latencies = []
+        for ts in sent:
+            done = next((d for m, d in live if m >= ts), None)
+            if done is not None:
+                latencies.append(done * 1000 - ts)
+        live_rate = len(sent) * args.bundles / args.live_seconds
+        state = query.lastProgress["stateOperators"][0] if query.lastProgress else {}
+        sst = state.get("customMetrics", {}).get("rocksdbSstFileSize", 0)
+        rows_total = state.get("numRowsTotal", 0)
+        query.stop()
+        spark.stop()
+
+    blob = ShardState()
+    sample = [n for n in names if shard_of(n, args.shards) == 0]
+    blob.index_of(sample)
+    for i in range(len(sample)):
+        blob.owners[i] = "broker-10:8080"
+    blob_per_bundle = len(blob.to_bytes()) / max(1, len(sample))
+    figures = {
+        "bundles": samples_per_round,
+        "report_kb": round(report_bytes / 1e3, 1),
+        "job_samples_per_s": round(job_rps * args.bundles),
+        "consumer_samples_per_s": round(baseline_rps * args.bundles),
+        "job_over_consumer": round(job_rps / baseline_rps, 3),
+        "live_samples_per_s": round(live_rate),
+        "live_reports": len(sent),
+        "latency_measured": len(latencies),
+        "latency_p50_ms": round(percentile(latencies, 0.5)),
+        "latency_p99_ms": round(percentile(latencies, 0.99)),
+        "state_blob_bytes_per_bundle": round(blob_per_bundle, 1),
+        "rocksdb_sst_bytes_per_bundle": round(sst / samples_per_round, 1) if sst else None,
+        "state_rows": rows_total,
+    }
+    print(json.dumps(figures, indent=2))
+    if not args.no_append:
+        append_doc(args, figures)
+    return 0
+
+
+def append_doc(args: argparse.Namespace, f: dict) -> None:
+    argv = " ".join(sys.argv[1:])
+    text = f"""
+## Streaming job
+
+Script: `benchmarks/bench_stream.py` (method in its docstring). Command, on the 2-core machine:
+
+```
+.venv/bin/python benchmarks/bench_stream.py {argv}
+```
+
+{args.brokers} brokers x {args.bundles} bundles = {f["bundles"]:,} bundles, reports of
+{f["report_kb"]} KB, {args.shards} state shards, trigger {args.trigger_seconds} s, source
+`{args.source}`, local[2], embedded Tansu and Redis on the same 2 cores.
+
+| figure | value |
+|---|---|
+| job throughput, backlog (bundle samples/s) | {f["job_samples_per_s"]:,} |
+| plain confluent-kafka consumer, same topic (bundle samples/s) | {f["consumer_samples_per_s"]:,} |
+| job / consumer | {f["job_over_consumer"]} |
+| live load offered (bundle samples/s) | {f["live_samples_per_s"]:,} |
+| report-to-decision latency p50 / p99 (ms, {f["latency_measured"]} reports) | \
+{f["latency_p50_ms"]:,} / {f["latency_p99_ms"]:,} |
+| state blob per bundle (bytes) | {f["state_blob_bytes_per_bundle"]} |
+| RocksDB SST per bundle (bytes) | {f["rocksdb_sst_bytes_per_bundle"]} |
+"""
+    with DOC.open("a", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"appended to {DOC}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.exit(main())
