@@ -1,0 +1,349 @@
+"""A Spark 4 Python streaming data source over confluent-kafka, format ``"lbkafka"``.
+
+Why: Spark's built-in ``kafka`` source needs the ``spark-sql-kafka-0-10`` jar, which the pyspark
+wheel does not ship and which cannot be downloaded here (DESIGN.md §5). This source produces the
+same columns with the same types (``key`` binary, ``value`` binary, ``topic`` string,
+``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType`` int) and keeps
+*real per-partition offsets* in Spark's checkpoint, so a restarted query replays exactly the
+records after its last committed batch, no more and no less.
+
+Offsets are JSON like the built-in source's: ``{"topic": {"0": 42, "1": 17}}``, each value the
+next offset to read. End offsets come from ``infra.offsets.latest_offsets`` (Fetch high
+watermarks), never from ListOffsets(latest), which the embedded Tansu broker answers wrongly.
+
+Options (case-insensitive):
+
+* ``kafka.bootstrap.servers`` (required); ``subscribe``: a topic or a comma list of topics;
+* ``startingOffsets``: ``earliest`` (default), ``latest``, or Spark's JSON form
+  (``{"t": {"0": 5, "1": -2}}``, -2 earliest, -1 latest; unnamed partitions start earliest);
+  it applies to a new query only: a restarted query continues from its checkpoint;
+* ``maxOffsetsPerTrigger``: cap of records per micro-batch, shared by partitions in proportion
+  to their backlog (as the built-in source does); ignored by ``trigger(availableNow=True)``
+  only in that all batches together still stop at the offsets seen when the query started;
+* ``failOnDataLoss`` (default true): fail when a requested offset is gone from the log;
+* ``kafkaConsumer.pollTimeoutMs`` (default 120000): how long a task waits for missing records;
+* ``kafka.*``: everything else is passed to librdkafka without the prefix, e.g.
+  ``kafka.security.protocol=SASL_SSL``, ``kafka.sasl.mechanism=PLAIN``,
+  ``kafka.sasl.username``/``kafka.sasl.password``, ``kafka.ssl.ca.location``. Note librdkafka's
+  names, not the Java client's (no ``sasl.jaas.config``, no JKS trust stores).
+
+Readers use ``assign()`` only: no consumer group is joined (a join on Tansu waits seconds) and
+nothing is committed to Kafka; Spark's checkpoint is the only record of progress. Executors get
+the picklable ``KafkaSourceConfig`` and open their own short-lived consumer per partition range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from infra.offsets import earliest_offsets, latest_offsets, partitions_for
+from infra.topics import kafka_client_config
+
+__all__ = [
+    "FORMAT_NAME",
+    "KAFKA_SCHEMA",
+    "KafkaOffsetRange",
+    "KafkaSourceConfig",
+    "LbKafkaDataSource",
+    "LbKafkaStreamReader",
+    "register",
+]
+
+FORMAT_NAME = "lbkafka"
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+_EARLIEST, _LATEST = -2, -1
+_ARROW_BATCH_ROWS = 10_000
+# librdkafka timestamp types -> Kafka's TimestampType ids, as the built-in source reports them
+_TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
+
+Offsets = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class KafkaSourceConfig:
+    """Everything the driver and the executors need; plain data, so it pickles."""
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    client_config: dict[str, str] = field(default_factory=dict)
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    poll_timeout_s: float = 120.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaSourceConfig:
+        """Parse Spark reader options (keys arrive lower-cased)."""
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        servers = opts.get("kafka.bootstrap.servers")
+        if not servers:
+            raise ValueError(f"{FORMAT_NAME}: option 'kafka.bootstrap.servers' is required")
+        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+        if not topics:
+            raise ValueError(f"{FORMAT_NAME}: option 'subscribe' (one or more topics) is required")
+        client = {
+            k[len("kafka.") :]: v
+            for k, v in opts.items()
+            if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+        }
+        cap = opts.get("maxoffsetspertrigger")
+        if cap is not None and int(cap) <= 0:
+            raise ValueError(f"{FORMAT_NAME}: maxOffsetsPerTrigger must be positive, got {cap}")
+        return cls(
+            bootstrap_servers=servers,
+            topics=topics,
+            client_config=client,
+            starting_offsets=opts.get("startingoffsets", "earliest").strip(),
+            max_offsets_per_trigger=int(cap) if cap is not None else None,
+            fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
+            poll_timeout_s=float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0,
+        )
+
+
+class KafkaOffsetRange(InputPartition):
+    """One Spark task: the records ``[start, end)`` of one Kafka partition."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class LbKafkaDataSource(DataSource):
+    """``spark.readStream.format("lbkafka")``: Kafka records with the built-in source's schema."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LbKafkaStreamReader(KafkaSourceConfig.from_options(self.options))
+
+
+def register(spark: Any) -> str:
+    """Register the source with ``spark`` (idempotent) and return its format name."""
+    spark.dataSource.register(LbKafkaDataSource)
+    return FORMAT_NAME
+
+
+class LbKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver side: offsets and planning. Holds no live client, so it stays picklable."""
+
+    def __init__(self, config: KafkaSourceConfig) -> None:
+        self.config = config
+        self._target: Offsets | None = None  # end offsets fixed by trigger(availableNow=True)
+
+    # --- offsets --------------------------------------------------------------------------
+    def _earliest(self, topic: str) -> dict[str, int]:
+        cfg = self.config
+        offsets = earliest_offsets(cfg.bootstrap_servers, topic, cfg.client_config)
+        return {str(p): o for p, o in offsets.items()}
+
+    def _latest(self, topic: str, hints: Mapping[str, int] | None = None) -> dict[str, int]:
+        cfg = self.config
+        int_hints = {int(p): int(o) for p, o in (hints or {}).items()}
+        offsets = latest_offsets(cfg.bootstrap_servers, topic, cfg.client_config, hints=int_hints)
+        return {str(p): o for p, o in offsets.items()}
+
+    def initialOffset(self) -> Offsets:
+        spec = self.config.starting_offsets
+        if spec.lower() == "earliest":
+            return {t: self._earliest(t) for t in self.config.topics}
+        if spec.lower() == "latest":
+            return {t: self._latest(t) for t in self.config.topics}
+        return self._resolve_json(json.loads(spec))
+
+    def _resolve_json(self, spec: Mapping[str, Mapping[str, int]]) -> Offsets:
+        resolved: Offsets = {}
+        for topic in self.config.topics:
+            given = {str(p): int(o) for p, o in spec.get(topic, {}).items()}
+            earliest = self._earliest(topic)
+            latest = self._latest(topic) if _LATEST in given.values() else {}
+            offsets = {}
+            for p in earliest:
+                wanted = given.get(p, _EARLIEST)
+                offsets[p] = {_EARLIEST: earliest[p], _LATEST: latest.get(p, 0)}.get(wanted, wanted)
+            resolved[topic] = offsets
+        return resolved
+
+    def _filled_start(self, start: Offsets, end: Offsets) -> Offsets:
+        """``start`` with partitions that appeared since (new topics/partitions) at earliest."""
+        filled: Offsets = {}
+        for topic, ends in end.items():
+            begin = dict(start.get(topic, {}))
+            if any(p not in begin for p in ends):
+                earliest = self._earliest(topic)
+                for p in ends:
+                    begin.setdefault(p, earliest.get(p, 0))
+            filled[topic] = begin
+        return filled
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {t: self._latest(t) for t in self.config.topics}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        cap = self.config.max_offsets_per_trigger
+        return ReadMaxRows(cap) if cap else ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        start = start or {}
+        if self._target is not None:
+            end = {t: dict(o) for t, o in self._target.items()}
+        else:
+            end = {t: self._latest(t, start.get(t)) for t in self.config.topics}
+        begin = self._filled_start(start, end)
+        # never move backwards (a truncated log is failOnDataLoss's business in read())
+        end = {t: {p: max(o, begin[t].get(p, 0)) for p, o in e.items()} for t, e in end.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = _rate_limit(begin, end, limit.max_rows)
+        return end
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaOffsetRange]:
+        begin = self._filled_start(start or {}, end)
+        ranges = [
+            KafkaOffsetRange(topic, int(p), int(begin[topic][p]), int(stop))
+            for topic, ends in sorted(end.items())
+            for p, stop in sorted(ends.items(), key=lambda item: int(item[0]))
+            if int(stop) > int(begin[topic][p])
+        ]
+        return ranges
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to do: Spark's checkpoint holds the offsets; Kafka keeps no group state."""
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, KafkaOffsetRange)
+        return read_offset_range(self.config, partition)
+
+
+def _rate_limit(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Cap a batch at ``max_rows`` records, shared in proportion to each partition's backlog."""
+    backlog = {(t, p): end[t][p] - begin[t].get(p, 0) for t in end for p in end[t] if end[t][p] > 0}
+    total = sum(n for n in backlog.values() if n > 0)
+    if total <= max_rows:
+        return end
+    capped = {t: dict(o) for t, o in end.items()}
+    for (t, p), size in backlog.items():
+        if size <= 0:
+            continue
+        share = max_rows * size / total
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        capped[t][p] = min(end[t][p], begin[t].get(p, 0) + step)
+    return capped
+
+
+def _reader_consumer_config(config: KafkaSourceConfig) -> dict[str, Any]:
+    client = kafka_client_config(config.bootstrap_servers, config.client_config)
+    client.setdefault("group.id", f"lb-reader-{uuid.uuid4().hex[:12]}")
+    client.update(
+        {
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 100,
+            "auto.offset.reset": "error" if config.fail_on_data_loss else "earliest",
+        }
+    )
+    return client
+
+
+def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[Any]:
+    """Executor side: yield Arrow record batches with the records ``[start, end)`` of a partition.
+
+    Stops at the first record at or beyond ``end`` or at an end-of-partition event at or beyond
+    ``end``, so gaps (transaction markers, compaction) cannot make a task wait forever.
+    """
+    import pyarrow as pa
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    schema = pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("timestampType", pa.int32()),
+        ]
+    )
+    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+
+    def flush() -> Any:
+        batch = pa.RecordBatch.from_pydict(columns, schema=schema)
+        for values in columns.values():
+            values.clear()
+        return batch
+
+    consumer = Consumer(_reader_consumer_config(config))
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        done = part.start >= part.end
+        last_progress = time.monotonic()
+        while not done:
+            messages = consumer.consume(num_messages=_ARROW_BATCH_ROWS, timeout=1.0)
+            if not messages and time.monotonic() - last_progress > config.poll_timeout_s:
+                raise TimeoutError(
+                    f"{part.topic}[{part.partition}]: no records for {config.poll_timeout_s}s "
+                    f"while reading [{part.start}, {part.end})"
+                )
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        done = message.offset() >= part.end
+                        if done:
+                            break
+                        continue
+                    raise KafkaException(error)
+                offset = message.offset()
+                if offset >= part.end:
+                    done = True
+                    break
+                ts_type, ts_ms = message.timestamp()
+                columns["key"].append(message.key())
+                columns["value"].append(message.value())
+                columns["topic"].append(part.topic)
+                columns["partition"].append(part.partition)
+                columns["offset"].append(offset)
+                columns["timestamp"].append(ts_ms * 1000 if ts_type else None)
+                columns["timestampType"].append(_TIMESTAMP_TYPE.get(ts_type, -1))
+                last_progress = time.monotonic()
+                if offset >= part.end - 1:
+                    done = True
+                    break
+            if len(columns["offset"]) >= _ARROW_BATCH_ROWS:
+                yield flush()
+        if columns["offset"]:
+            yield flush()
+    finally:
+        consumer.close()
+
+
+def describe_topics(config: KafkaSourceConfig) -> dict[str, list[int]]:
+    """topic -> partition ids, for diagnostics (``lbctl`` status pages, error messages)."""
+    return {
+        t: partitions_for(config.bootstrap_servers, t, config.client_config) for t in config.topics
+    }
