@@ -18,9 +18,11 @@ Options (case-insensitive):
   (``{"t": {"0": 5, "1": -2}}``, -2 earliest, -1 latest; unnamed partitions start earliest);
   it applies to a new query only: a restarted query continues from its checkpoint;
 * ``maxOffsetsPerTrigger``: cap of records per micro-batch, shared by partitions in proportion
-  to their backlog (as the built-in source does); ignored by ``trigger(availableNow=True)``
-  only in that all batches together still stop at the offsets seen when the query started;
-* ``failOnDataLoss`` (default true): fail when a requested offset is gone from the log;
+  to their backlog (as the built-in source does); with ``trigger(availableNow=True)`` batches
+  stay capped and together stop at the end offsets seen when the query started;
+* ``failOnDataLoss`` (default true): fail when the log no longer holds the next offset, e.g. it
+  ends before the checkpointed offsets because the in-memory broker was restarted; with
+  ``false`` such partitions are re-read from earliest;
 * ``kafkaConsumer.pollTimeoutMs`` (default 120000): how long a task waits for missing records;
 * ``kafka.*``: everything else is passed to librdkafka without the prefix, e.g.
   ``kafka.security.protocol=SASL_SSL``, ``kafka.sasl.mechanism=PLAIN``,
@@ -35,6 +37,7 @@ the picklable ``KafkaSourceConfig`` and open their own short-lived consumer per 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import uuid
@@ -51,12 +54,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from infra.offsets import earliest_offsets, latest_offsets, partitions_for
+from infra.offsets import earliest_offsets, latest_offsets
 from infra.topics import kafka_client_config
 
 __all__ = [
     "FORMAT_NAME",
     "KAFKA_SCHEMA",
+    "DataLossError",
     "KafkaOffsetRange",
     "KafkaSourceConfig",
     "LbKafkaDataSource",
@@ -75,6 +79,12 @@ _ARROW_BATCH_ROWS = 10_000
 _TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
 
 Offsets = dict[str, dict[str, int]]
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(RuntimeError):
+    """The log no longer holds offsets the checkpoint says are next; records would be missed."""
 
 
 @dataclass(frozen=True)
@@ -215,14 +225,44 @@ class LbKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             end = {t: self._latest(t, start.get(t)) for t in self.config.topics}
         begin = self._filled_start(start, end)
-        # never move backwards (a truncated log is failOnDataLoss's business in read())
-        end = {t: {p: max(o, begin[t].get(p, 0)) for p, o in e.items()} for t, e in end.items()}
+        self._check_data_loss(begin, end)
         if isinstance(limit, ReadMaxRows):
             end = _rate_limit(begin, end, limit.max_rows)
         return end
 
+    def _check_data_loss(self, begin: Offsets, end: Offsets) -> None:
+        """An end below the checkpointed start means the log was recreated or truncated.
+
+        Typical cause: the embedded (in-memory) broker was restarted under an old checkpoint.
+        Waiting until the new log passes the old offsets would silently skip records, so fail
+        (``failOnDataLoss``, the default) or, when allowed, re-read the new log from earliest.
+        """
+        shrunk = [
+            f"{t}[{p}]: checkpoint at {begin[t][p]}, log ends at {o}"
+            for t, ends in end.items()
+            for p, o in ends.items()
+            if o < begin[t].get(p, 0)
+        ]
+        if not shrunk:
+            return
+        message = (
+            "Kafka offsets went backwards (topic recreated or broker data lost): "
+            + "; ".join(shrunk)
+        )
+        if self.config.fail_on_data_loss:
+            raise DataLossError(
+                message + ". Use a new checkpoint, or set failOnDataLoss=false to re-read."
+            )
+        log.warning("%s; re-reading those partitions from earliest", message)
+
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaOffsetRange]:
         begin = self._filled_start(start or {}, end)
+        for topic, ends in end.items():  # a shrunk log (failOnDataLoss=false): from earliest
+            if any(int(o) < int(begin[topic][p]) for p, o in ends.items()):
+                earliest = self._earliest(topic)
+                for p, o in ends.items():
+                    if int(o) < int(begin[topic][p]):
+                        begin[topic][p] = earliest.get(p, 0)
         ranges = [
             KafkaOffsetRange(topic, int(p), int(begin[topic][p]), int(stop))
             for topic, ends in sorted(end.items())
@@ -340,10 +380,3 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
             yield flush()
     finally:
         consumer.close()
-
-
-def describe_topics(config: KafkaSourceConfig) -> dict[str, list[int]]:
-    """topic -> partition ids, for diagnostics (``lbctl`` status pages, error messages)."""
-    return {
-        t: partitions_for(config.bootstrap_servers, t, config.client_config) for t in config.topics
-    }

@@ -6,11 +6,13 @@ Real Tansu, real Spark: records are produced to known partitions, read with
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from pyspark.errors import StreamingQueryException
 
 from streaming.kafka_source import KafkaSourceConfig
 from streaming.source import builtin_kafka_available, read_kafka_stream
@@ -153,3 +155,44 @@ def test_options_pass_kafka_settings_through_and_reject_missing_ones() -> None:
         KafkaSourceConfig.from_options({"subscribe": "a"})
     with pytest.raises(ValueError, match="subscribe"):
         KafkaSourceConfig.from_options({"kafka.bootstrap.servers": "h:9092"})
+
+
+def _start_beyond_the_end(spark, bootstrap: str, topic: str, checkpoint: Path, fail: bool):
+    from streaming.kafka_source import register
+
+    reader = (
+        spark.readStream.format(register(spark))
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {"0": 10}}))
+        .option("failOnDataLoss", str(fail).lower())
+    )
+    rows: list = []
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(lambda df, _: rows.extend(df.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    return query, rows
+
+
+def test_offsets_that_went_backwards_fail_the_query_or_reread_from_earliest(
+    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path
+) -> None:
+    """A log that ends before the checkpoint (e.g. the in-memory broker restarted) is not
+    silently waited out: it fails by default, and is re-read from earliest when allowed."""
+    topic = unique_topic(1)
+    _produce(kafka_bootstrap, topic, [(0, "x0"), (0, "x1"), (0, "x2")])
+
+    query, _ = _start_beyond_the_end(spark, kafka_bootstrap, topic, tmp_path / "a", fail=True)
+    with pytest.raises(StreamingQueryException, match="went backwards"):
+        query.awaitTermination(120)
+
+    query, rows = _start_beyond_the_end(spark, kafka_bootstrap, topic, tmp_path / "b", fail=False)
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 0), (0, 1), (0, 2)]
