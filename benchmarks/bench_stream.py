@@ -222,6 +222,16 @@ def main() -> int:
         rows = sum(p["numInputRows"] for p in steady)
         secs = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
         job_rps = rows / secs if secs else float("nan")
+        parts: dict[str, float] = {}
+        for p in steady:
+            for k, v in p["durationMs"].items():
+                parts[k] = parts.get(k, 0.0) + v / len(steady)
+        with lock:
+            done = [s for s, _ in batches[1:]] or [s for s, _ in batches]
+        spark_ms = statistics.mean(s.collect_ms for s in done)
+        driver_ms = statistics.mean(s.duration_ms - s.collect_ms for s in done)
+        print("mean ms per batch:", {k: round(v) for k, v in sorted(parts.items())},
+              f"of which Spark plan {spark_ms:.0f}, decision stage {driver_ms:.0f}")  # fmt: skip
         print(f"job (backlog): {job_rps:.1f} reports/s = {job_rps * args.bundles:,.0f} "
               f"bundle samples/s over {len(steady)} batches")  # fmt: skip
 
@@ -264,6 +274,8 @@ def main() -> int:
         "state_blob_bytes_per_bundle": round(blob_per_bundle, 1),
         "rocksdb_sst_bytes_per_bundle": round(sst / samples_per_round, 1) if sst else None,
         "state_rows": rows_total,
+        "spark_plan_ms_per_batch": round(spark_ms),
+        "decision_stage_ms_per_batch": round(driver_ms),
     }
     print(json.dumps(figures, indent=2))
     if not args.no_append:

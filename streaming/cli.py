@@ -62,6 +62,13 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-offsets-per-trigger", type=int, default=None, help="cap records per micro-batch"
     )
     parser.add_argument(
+        "--watermark-delay-seconds",
+        type=float,
+        default=60.0,
+        help="how far a report's Kafka timestamp may lag the newest one before Spark drops it "
+        "as late; a silent broker is declared gone this much after its report timeout",
+    )
+    parser.add_argument(
         "--shuffle-partitions", type=int, default=2, help="state partitions for a new checkpoint"
     )
     add_config_arguments(parser)
@@ -116,6 +123,7 @@ def run_stream(args: argparse.Namespace) -> int:
         starting_offsets=args.starting_offsets,
         n_shards=args.shards,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        watermark_delay_seconds=args.watermark_delay_seconds,
         client_config=client_config,
     )
     if settings.redis_url is None:

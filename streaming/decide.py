@@ -6,17 +6,17 @@ Per micro-batch, on the driver:
    letters) and publish the dead letters;
 2. apply the rows to the driver's ``DriverView`` (seeded from the Redis snapshot at start-up),
    and drop bundles whose namespace's boundaries in Redis no longer contain them;
-3. run ``loadbalance.cycle.step`` with ``cycle = str(batch_id)`` and ``now_ms`` = the newest
-   Kafka timestamp seen so far (never the wall clock), and publish every decision with
-   ``encode_decision``, keyed by bundle;
+3. when split or shedding is due, run ``loadbalance.cycle.step`` with ``cycle = str(batch_id)``
+   and ``now_ms`` = the newest Kafka timestamp seen so far (never the wall clock), and publish
+   every decision with ``encode_decision``, keyed by bundle;
 4. write the changed part of the view, the new ``CycleState``, the clock and the batch id to
    Redis in one transaction (``streaming.sinks.RedisProgress``).
 
 Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
-is deterministic (its only clock is the batch timestamp Spark logs), the view and ``CycleState``
-a batch starts from are those committed with the previous batch, and the namespaces a batch
-read are recorded before it publishes anything (``P:stream:pending``). So a batch replayed after
-a crash computes the same decisions with the same ids.
+is deterministic (its only clock is the watermark Spark logs with the batch), the view and
+``CycleState`` a batch starts from are those committed with the previous batch, and the
+namespaces a batch read are recorded before it publishes anything (``P:stream:pending``). So a
+batch replayed after a crash computes the same decisions with the same ids.
 
 A batch whose id is <= the last completed one is **skipped**: it was completed only after its
 producer flush returned, so its decisions and dead letters are already on their topics, and
@@ -35,13 +35,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadbalance.config import LoadBalancerConfig
-from loadbalance.cycle import step
+from loadbalance.cycle import MINUTE_MS, CycleState, step
 from loadbalance.decisions import encode_decision
 from streaming.driver_view import DriverView
 from streaming.schema import DEAD
 from streaming.sinks import KafkaSink, MemoryProgress, Progress, RedisProgress
 
 log = logging.getLogger("streaming.decide")
+
+
+def policies_due(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> bool:
+    """Whether ``cycle.step`` would run split or shedding at ``now_ms``.
+
+    When neither is due, ``step`` decides nothing and only prunes the grace-period map, which
+    the next due cycle prunes the same way; skipping it saves building the whole view (about
+    100k frozen values) on every batch. Mirrors the interval rule of ``loadbalance.cycle``.
+    """
+
+    def due(last_ms: int | None, minutes: float) -> bool:
+        return last_ms is None or now_ms - last_ms >= minutes * MINUTE_MS
+
+    return due(state.last_split_ms, config.load_balancer_split_interval_minutes) or due(
+        state.last_shedding_ms, config.load_balancer_shedding_interval_minutes
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +73,7 @@ class BatchStats:
     max_event_ms: int
     skipped: bool = False
     decision_ids: tuple[str, ...] = ()
+    collect_ms: float = 0.0  # of duration_ms: running the Spark plan (source, parse, state)
 
 
 @dataclass
@@ -103,11 +120,13 @@ class DecisionStage:
     def _run(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
         self._start()
-        assert self._progress_store and self._progress and self._view
+        assert self._progress_store is not None and self._progress is not None
+        assert self._view is not None
         progress = self._progress
         # Always run the batch to the end, even one we skip: Spark commits the state step's
         # stores only when every partition of it was read (it fails the query otherwise).
         pdf = df.toPandas()
+        collect_ms = (time.monotonic() - started) * 1000
         if batch_id <= progress.batch:
             log.info("batch %d already completed (last %d): skipped", batch_id, progress.batch)
             self._report(
@@ -124,7 +143,7 @@ class DecisionStage:
         now_ms = max(progress.now_ms, max_event_ms)
         self._view.apply(pdf)
         cycle_state, decisions = progress.cycle_state, ()
-        if len(pdf):
+        if len(pdf) and policies_due(progress.cycle_state, self.config, now_ms):
             namespaces = self._progress_store.pending_namespaces(batch_id)
             if namespaces is None:
                 namespaces = self._progress_store.read_namespaces()
@@ -165,6 +184,7 @@ class DecisionStage:
                 now_ms,
                 max_event_ms,
                 decision_ids=tuple(d.id for d in decisions),
+                collect_ms=collect_ms,
             )
         )
 

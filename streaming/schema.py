@@ -17,6 +17,8 @@ on Kafka) and the averaged view in Redis.
 
 **State output rows** (state -> decide), kinds ``bundle``, ``bundle_expired``, ``broker``,
 ``broker_gone`` and ``dead``: one row per touched bundle or broker with the current averages.
+``doc`` holds the JSON the decision stage writes to Redis: a bundle's snapshot document
+(``streaming.snapshot_docs``) or a broker's report without ``lastStats``.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("producer_count", "bigint"),
     ("history_usage", "double"),
     ("msg_throughput_ema", "double"),
-    ("report", "string"),
+    ("doc", "string"),
     ("payload", "binary"),
 )
 

@@ -24,12 +24,15 @@ call, so there are few keys and the work inside a key is vectorised):
   source once.
 
 Samples and reports are applied in ``(event_ms, partition, offset)`` order, which is report
-order for a broker keyed by its id (one partition per key).
+order for a broker keyed by its id (one partition per key). Event time is the Kafka record
+timestamp; Spark drops rows older than the watermark (newest timestamp minus the job's
+``watermark_delay_seconds``) before they reach this step, so a broker whose clock lags the others
+by more than that delay is not seen: give the reports topic ``LogAppendTime`` timestamps, or keep
+broker clocks in sync.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,6 +62,7 @@ from streaming.schema import (
     frame,
 )
 from streaming.shard_state import ShardState, unpack_samples
+from streaming.snapshot_docs import bundle_docs
 
 SHARD_STATE_SCHEMA = "blob binary"
 BROKER_STATE_SCHEMA = (
@@ -184,7 +188,7 @@ def broker_row(
         event_ms=np.array([event_ms], dtype=np.int64),
         history_usage=np.array([usage], dtype=np.float64),
         msg_throughput_ema=np.array([ema], dtype=np.float64),
-        report=[report],
+        doc=[report],
     )
 
 
@@ -207,9 +211,17 @@ def bundle_rows(state: ShardState, idx: np.ndarray) -> pd.DataFrame:
         cols[c] = state.last_values[idx, j]
     for j, c in enumerate(COUNT_COLUMNS):
         cols[c] = state.last_counts[idx, j]
+    cols["doc"] = np.array(
+        bundle_docs(
+            state.short_avg[idx].tolist(),
+            state.short_n[idx].tolist(),
+            state.long_avg[idx].tolist(),
+            state.long_n[idx].tolist(),
+            state.last_values[idx].tolist(),
+            state.last_counts[idx].tolist(),
+            cols["broker"].tolist(),
+            cols["event_ms"].tolist(),
+        ),
+        dtype=object,
+    )
     return frame(OUTPUT_FIELDS, n, **cols)
-
-
-def report_doc(row_report: str) -> dict[str, Any]:
-    """The report figures a ``broker`` row carries (LocalBrokerData JSON without lastStats)."""
-    return json.loads(row_report) if row_report else {}
