@@ -1,4 +1,9 @@
-"""Shedders by Pulsar's short class name (a full Java class name is accepted too)."""
+"""Shedders by name, so configuration can pick one the way Pulsar's
+``loadBalancerLoadSheddingStrategy`` does: Pulsar's short class name (``ThresholdShedder``) or
+the full Java class name (``org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder``); only
+the part after the last dot counts. An unknown name is a configuration error, not a silent
+fallback (Pulsar falls back to OverloadShedder and logs; an operator would rather be told).
+"""
 
 from __future__ import annotations
 
@@ -20,11 +25,21 @@ SHEDDERS: dict[str, type] = {
         ProjectedUsageShedder,
     )
 }
+"""Short class name -> shedder class (Pulsar's four, and ours)."""
+
+
+def shedder_names() -> tuple[str, ...]:
+    """The short names ``make_shedder`` accepts, sorted."""
+    return tuple(sorted(SHEDDERS))
 
 
 def make_shedder(name: str) -> Shedder:
-    short = name.rsplit(".", 1)[-1]
+    """A new shedder for a short or fully qualified class name; ``InvalidInput`` if unknown."""
+    short = name.strip().rsplit(".", 1)[-1]
     cls = SHEDDERS.get(short)
     if cls is None:
-        raise InvalidInput("loadBalancerLoadSheddingStrategy", f"unknown shedder {name!r}")
+        raise InvalidInput(
+            "loadBalancerLoadSheddingStrategy",
+            f"unknown shedder {name!r}; expected one of {', '.join(shedder_names())}",
+        )
     return cls()

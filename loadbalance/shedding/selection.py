@@ -1,51 +1,117 @@
-"""Bundle selection shared by OverloadShedder and ThresholdShedder.
+"""Bundle selection shared by the modular shedders (Overload, Threshold, UniformLoad).
 
-Pulsar's loop (``OverloadShedder`` / ``ThresholdShedder.findBundlesForUnloading``): take the
-broker's bundles with their **short-term** throughput, drop the ones unloaded within the grace
-period, sort by throughput descending, and take bundles until the throughput marked for unload
-reaches the target - always at least one, and never when the broker has a single bundle.
+OverloadShedder and ThresholdShedder pick bundles the same way once they know how much
+throughput a broker must give up: rank the broker's bundles by their **short-term**
+throughput (``BundleData``'s ``getShortTermData``, so a momentary spike does not decide
+alone), drop those unloaded within the grace period, and walk from the largest down until the
+marked throughput reaches the target, always marking at least one (UniformLoadShedder ranks
+the same way, then applies its own rule). The helpers below do that over plain tuples, so that
+a broker with thousands of bundles costs one loop and one sort - and only brokers that
+actually shed pay even that.
 
-Deviation: Pulsar would take every bundle when the target exceeds the broker's whole
-throughput; we always leave the broker at least one bundle (a broker's last bundle is never
-shed), which Pulsar's ``>1 bundle`` rule intends.
+Deviation (applies to every shedder that uses these helpers): Pulsar can mark *every* bundle of
+a broker when the target exceeds its whole throughput; here a broker always keeps at least one
+bundle, which is what Pulsar's "more than one bundle" precondition is after. A bundle reported
+by two brokers at once (an ownership hand-over caught mid-way) is shed at most once per cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
+from loadbalance.decisions import UNLOAD, Decision, Scalar, make_decision
+from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView
 
+MB = 1024 * 1024
+"""Pulsar's ``MB`` constant: thresholds given in MB are multiplied by this to get bytes."""
 
-def bundle_short_term_throughput(view: ClusterView, bundle: str) -> float:
-    """``getShortTermData().totalMsgThroughput()`` of a bundle (defaults when unseen)."""
-    return view.bundle(bundle).short_term.msg_throughput
+_UNSEEN = BundleData.new()
+UNSEEN_SHORT_TERM_THROUGHPUT_BYTES_PER_S = _UNSEEN.short_term.msg_throughput
+UNSEEN_SHORT_TERM_MSG_RATE_PER_S = _UNSEEN.short_term.msg_rate
 
 
 def sheddable_bundles(
-    view: ClusterView, broker: BrokerView, recently_unloaded: Mapping[str, int]
+    view: ClusterView,
+    broker: BrokerView,
+    taken: Collection[str] = (),
+    *,
+    by_msg_rate: bool = False,
 ) -> list[tuple[str, float]]:
-    """(bundle, short-term throughput) of bundles that may move, largest first, name second."""
-    out = [
-        (b, bundle_short_term_throughput(view, b))
-        for b in broker.bundles
-        if b not in recently_unloaded
-    ]
-    out.sort(key=lambda x: (-x[1], x[0]))
-    return out
+    """(bundle, short-term metric) of the broker's bundles that may move now, largest first.
+
+    The metric is the short-term throughput in bytes/s, or the short-term msg rate per second
+    with ``by_msg_rate`` (UniformLoadShedder's msg-rate rule). Excludes bundles in
+    ``view.recently_unloaded`` and in ``taken`` (already chosen this cycle). Ties go to the
+    first bundle name so that a replay picks the same bundles. A plain loop without per-bundle
+    function calls: it runs over every bundle of a shedding broker.
+    """
+    recent = view.recently_unloaded
+    data = view.bundle_data
+    unseen = (
+        UNSEEN_SHORT_TERM_MSG_RATE_PER_S
+        if by_msg_rate
+        else UNSEEN_SHORT_TERM_THROUGHPUT_BYTES_PER_S
+    )
+    keyed: list[tuple[float, str]] = []
+    for b in broker.bundles:
+        if b in recent or b in taken:
+            continue
+        d = data.get(b)
+        if d is None:
+            keyed.append((-unseen, b))
+            continue
+        s = d.short_term
+        if by_msg_rate:
+            keyed.append((-(s.msg_rate_in + s.msg_rate_out), b))
+        else:
+            keyed.append((-(s.msg_throughput_in + s.msg_throughput_out), b))
+    keyed.sort()
+    return [(b, -negative) for negative, b in keyed]
 
 
 def select_until(
-    candidates: list[tuple[str, float]], target_throughput: float, max_bundles: int
+    candidates: list[tuple[str, float]], target: float, max_bundles: int
 ) -> list[tuple[str, float]]:
-    """Take bundles in order until their throughput reaches the target (at least one)."""
+    """Take candidates in order until their sum reaches ``target``; at least one, at most
+    ``max_bundles`` (Pulsar's ``trafficMarkedToOffload < min || !atLeastOneBundleSelected``)."""
     picked: list[tuple[str, float]] = []
-    total = 0.0
-    for bundle, thr in candidates:
-        if len(picked) >= max_bundles:
+    marked = 0.0
+    for bundle, value in candidates:
+        if len(picked) >= max_bundles or (picked and marked >= target):
             break
-        if picked and total >= target_throughput:
-            break
-        picked.append((bundle, thr))
-        total += thr
+        picked.append((bundle, value))
+        marked += value
     return picked
+
+
+def max_bundles_to_shed(broker: BrokerView) -> int:
+    """How many bundles a broker may give up in one cycle: all but its last one."""
+    return max(len(broker.bundles) - 1, 0)
+
+
+def unload_decisions(
+    strategy: str,
+    broker: BrokerView,
+    picked: list[tuple[str, float]],
+    *,
+    reason: str,
+    inputs: Mapping[str, Scalar],
+    metric_name: str,
+    cycle: str,
+    now_ms: int,
+) -> list[Decision]:
+    """UNLOAD decisions (no destination: placement happens on lookup, as in Pulsar)."""
+    return [
+        make_decision(
+            cycle=cycle,
+            kind=UNLOAD,
+            bundle=bundle,
+            source_broker=broker.broker,
+            reason=reason,
+            strategy=strategy,
+            inputs={**inputs, metric_name: value},
+            decided_at_ms=now_ms,
+        )
+        for bundle, value in picked
+    ]

@@ -1,24 +1,48 @@
 """ThresholdShedder: mirrors ``org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder``.
 
-Per broker the history-weighted usage ``u_b`` (EMA with ``loadBalancerHistoryResourcePercentage``
-of the weighted, capped max usage; computed by the aggregation, ``BrokerView.history_usage``).
-With ``avg`` the mean and ``t = loadBalancerBrokerThresholdShedderPercentage / 100``, a broker
-is overloaded when ``u_b >= avg + t``; it sheds ``(u_b - avg - t + 0.05) x throughput``, skipped
-when that is below ``loadBalancerBundleUnloadMinThroughputThreshold`` MB. Lower-boundary
-shedding (``lowerBoundarySheddingEnabled``): when nothing was selected and some broker is below
-``avg - t``, the highest broker with more than one bundle sheds ``throughput x t x 0.5``.
+The modular load manager's default shedder compares every broker with the cluster average
+instead of a fixed line. Each broker's load ``u`` is the history-weighted usage
+(``BrokerView.history_usage``: an EMA with ``h = loadBalancerHistoryResourcePercentage`` of the
+weighted, capped ``getMaxResourceUsageWithWeight``), so one noisy report does not trigger a
+move. With ``avg`` the mean over brokers and ``t = loadBalancerBrokerThresholdShedderPercentage
+/ 100``:
 
-Deviations: the history average is kept by the aggregation, not inside the shedder (same
-formula, seeded with the first reading as after Pulsar #13119); brokers are visited in a
-deterministic order.
+* a broker with ``u >= avg + t`` sheds ``(u - avg - t + 0.05) x (msgThroughputIn + Out)`` of
+  throughput (to end 5 points below the trigger), largest short-term bundle first, at least one;
+  it is left alone when that amount is below ``loadBalancerBundleUnloadMinThroughputThreshold``
+  MB/s (moving crumbs costs more than it gains) or when it has a single bundle;
+* lower-boundary shedding (``lowerBoundarySheddingEnabled``, Pulsar PR #17456): when nothing was
+  selected and some broker sits below ``avg - t`` - the case the plain rule never fixes, e.g. ten
+  brokers at 80 % and a new one at 0 % (avg 72.7 %, trigger 82.7 %) - the busiest broker with
+  more than one bundle and ``u > avg - t`` sheds ``(msgThroughputIn + Out) x t x 0.5``, again
+  subject to the minimum.
+
+Skips: ``NoBrokers``, ``NoLoadData`` (average usage 0: Pulsar gives up, the resource limits are
+missing), ``BelowMinThroughput``, ``HighUsageSingleBundle``, ``NoBundles``, ``Balanced``.
+
+Deviations from Pulsar:
+
+* the history average is kept by the aggregation (``view.ingest``), not inside the shedder: same
+  formula, seeded with the first reading as after Pulsar #13119, and not advanced a second time
+  when lower-boundary shedding runs (Pulsar's ``tryLowerBoundaryShedding`` calls
+  ``getBrokerAvgUsage`` again, folding the same report in twice);
+* brokers are visited in name order, the lower-boundary tie goes to the first name, and
+  decisions come out grouped by broker, largest bundle first (Pulsar: hash order);
+* a broker always keeps one bundle and a bundle is shed at most once (see ``selection``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from loadbalance.decisions import UNLOAD, Decision, PolicyResult, Skip, make_decision
-from loadbalance.shedding.selection import select_until, sheddable_bundles
+from loadbalance.decisions import Decision, PolicyResult, Skip
+from loadbalance.shedding.selection import (
+    MB,
+    max_bundles_to_shed,
+    select_until,
+    sheddable_bundles,
+    unload_decisions,
+)
 from loadbalance.view import BrokerView, ClusterView
 
 if TYPE_CHECKING:
@@ -26,41 +50,16 @@ if TYPE_CHECKING:
 
 ADDITIONAL_THRESHOLD_PERCENT_MARGIN = 0.05
 LOWER_BOUNDARY_THRESHOLD_MARGIN = 0.5
-MB = 1024 * 1024
 
 
 class ThresholdShedder:
+    """Shed from brokers whose history usage is ``t`` above the cluster average."""
+
     name: ClassVar[str] = "ThresholdShedder"
 
-    def initial_state(self) -> Any:
+    def initial_state(self) -> None:
+        """Stateless here: the history EMA lives in the aggregation, not in the shedder."""
         return None
-
-    def _shed(
-        self,
-        view: ClusterView,
-        broker: BrokerView,
-        target: float,
-        reason: str,
-        inputs: dict[str, float],
-        cycle: str,
-        now_ms: int,
-    ) -> list[Decision]:
-        candidates = sheddable_bundles(view, broker, view.recently_unloaded)
-        out = []
-        for bundle, thr in select_until(candidates, target, len(broker.bundles) - 1):
-            out.append(
-                make_decision(
-                    cycle=cycle,
-                    kind=UNLOAD,
-                    bundle=bundle,
-                    source_broker=broker.broker,
-                    reason=reason,
-                    strategy=self.name,
-                    inputs={**inputs, "minThroughputToOffload": target, "bundleThroughput": thr},
-                    decided_at_ms=now_ms,
-                )
-            )
-        return out
 
     def find_bundles_for_unloading(
         self,
@@ -71,34 +70,92 @@ class ThresholdShedder:
         now_ms: int,
         cycle: str,
     ) -> tuple[Any, PolicyResult]:
+        if len(view.brokers) <= 1:
+            return state, PolicyResult((), (Skip(self.name, "NoBrokers"),))
+        brokers = [view.brokers[n] for n in sorted(view.brokers)]
+        avg = sum(b.history_usage for b in brokers) / len(brokers)
+        if avg == 0:
+            skip = Skip(self.name, "NoLoadData", detail="average max resource usage is 0")
+            return state, PolicyResult((), (skip,))
+        t = config.load_balancer_broker_threshold_shedder_percentage / 100.0
+        min_bytes_per_s = config.load_balancer_bundle_unload_min_throughput_threshold * MB
         decisions: list[Decision] = []
         skips: list[Skip] = []
-        brokers = [view.brokers[n] for n in sorted(view.brokers)]
-        if not brokers:
-            return state, PolicyResult((), (Skip(self.name, "NoBrokers"),))
-        avg = sum(b.history_usage for b in brokers) / len(brokers)
-        t = config.load_balancer_broker_threshold_shedder_percentage / 100.0
-        min_thr = config.load_balancer_bundle_unload_min_throughput_threshold * MB
-        for b in brokers:
-            usage = b.history_usage
+        taken: set[str] = set()
+        for broker in brokers:
+            usage = broker.history_usage
             if usage < avg + t:
                 continue
-            target = b.report.msg_throughput * (
-                usage - avg - t + ADDITIONAL_THRESHOLD_PERCENT_MARGIN
+            fraction = usage - avg - t + ADDITIONAL_THRESHOLD_PERCENT_MARGIN
+            target = broker.report.msg_throughput * fraction
+            inputs = {
+                "brokerHistoryUsage": usage,
+                "avgUsage": avg,
+                "threshold": t,
+                "percentOfTrafficToOffload": fraction,
+            }
+            decisions += self._shed(
+                view,
+                broker,
+                target,
+                min_bytes_per_s,
+                "Overloaded",
+                inputs,
+                taken,
+                skips,
+                cycle=cycle,
+                now_ms=now_ms,
             )
-            if target < min_thr:
-                skips.append(Skip(self.name, "BelowMinThroughput", broker=b.broker))
-                continue
-            if len(b.bundles) <= 1:
-                skips.append(Skip(self.name, "HighUsageSingleBundle", broker=b.broker))
-                continue
-            inputs = {"brokerUsage": usage, "avgUsage": avg, "threshold": t}
-            decisions += self._shed(view, b, target, "Overloaded", inputs, cycle, now_ms)
         if not decisions and config.lower_boundary_shedding_enabled:
-            decisions += self._lower_boundary(view, brokers, avg, t, min_thr, cycle, now_ms, skips)
+            decisions += self._lower_boundary(
+                view, brokers, avg, t, min_bytes_per_s, taken, skips, cycle=cycle, now_ms=now_ms
+            )
         if not decisions and not skips:
-            skips.append(Skip(self.name, "Balanced", detail=f"avg={avg:.4f} trigger={avg + t:.4f}"))
+            detail = f"avg={avg:.4f} trigger={avg + t:.4f} lower={avg - t:.4f}"
+            skips.append(Skip(self.name, "Balanced", detail=detail))
         return state, PolicyResult(tuple(decisions), tuple(skips))
+
+    def _shed(
+        self,
+        view: ClusterView,
+        broker: BrokerView,
+        target_bytes_per_s: float,
+        min_bytes_per_s: float,
+        reason: str,
+        inputs: dict[str, float],
+        taken: set[str],
+        skips: list[Skip],
+        *,
+        cycle: str,
+        now_ms: int,
+    ) -> list[Decision]:
+        """Pulsar's order of checks: the minimum first, then the single-bundle warning."""
+        name = broker.broker
+        if target_bytes_per_s < min_bytes_per_s:
+            detail = f"target={target_bytes_per_s:.0f} B/s < minimum={min_bytes_per_s:.0f} B/s"
+            skips.append(Skip(self.name, "BelowMinThroughput", name, detail=detail))
+            return []
+        if len(broker.bundles) == 1:
+            (sole,) = broker.bundles
+            skips.append(Skip(self.name, "HighUsageSingleBundle", name, sole))
+            return []
+        candidates = sheddable_bundles(view, broker, taken)
+        if not candidates:
+            detail = "no bundles" if not broker.bundles else "all recently unloaded"
+            skips.append(Skip(self.name, "NoBundles", name, detail=detail))
+            return []
+        picked = select_until(candidates, target_bytes_per_s, max_bundles_to_shed(broker))
+        taken.update(b for b, _ in picked)
+        return unload_decisions(
+            self.name,
+            broker,
+            picked,
+            reason=reason,
+            inputs={**inputs, "minThroughputToOffloadBytesPerS": target_bytes_per_s},
+            metric_name="bundleShortTermThroughputBytesPerS",
+            cycle=cycle,
+            now_ms=now_ms,
+        )
 
     def _lower_boundary(
         self,
@@ -106,20 +163,42 @@ class ThresholdShedder:
         brokers: list[BrokerView],
         avg: float,
         t: float,
-        min_thr: float,
+        min_bytes_per_s: float,
+        taken: set[str],
+        skips: list[Skip],
+        *,
         cycle: str,
         now_ms: int,
-        skips: list[Skip],
     ) -> list[Decision]:
-        if not any(b.history_usage < avg - t for b in brokers):
+        """Pulsar's ``tryLowerBoundaryShedding``: relieve the busiest broker for a starved one."""
+        lower = avg - t
+        if not any(b.history_usage < lower for b in brokers):
             return []
-        eligible = [b for b in brokers if len(b.bundles) > 1 and b.history_usage > avg - t]
-        if not eligible:
+        top: BrokerView | None = None
+        for b in brokers:  # strict '>' in name order: the first name wins a tie, as in Pulsar
+            best = top.history_usage if top is not None else lower
+            if b.history_usage > best and len(b.bundles) > 1:
+                top = b
+        if top is None:
+            detail = f"lower boundary: no broker with more than one bundle above {lower:.4f}"
+            skips.append(Skip(self.name, "NoBundles", detail=detail))
             return []
-        top = max(eligible, key=lambda b: (b.history_usage, b.broker))
         target = top.report.msg_throughput * t * LOWER_BOUNDARY_THRESHOLD_MARGIN
-        if target < min_thr:
-            skips.append(Skip(self.name, "BelowMinThroughput", broker=top.broker))
-            return []
-        inputs = {"brokerUsage": top.history_usage, "avgUsage": avg, "threshold": t}
-        return self._shed(view, top, target, "Underloaded", inputs, cycle, now_ms)
+        inputs = {
+            "brokerHistoryUsage": top.history_usage,
+            "avgUsage": avg,
+            "threshold": t,
+            "lowerBoundary": lower,
+        }
+        return self._shed(
+            view,
+            top,
+            target,
+            min_bytes_per_s,
+            "Underloaded",
+            inputs,
+            taken,
+            skips,
+            cycle=cycle,
+            now_ms=now_ms,
+        )

@@ -1,39 +1,66 @@
 """TransferShedder (PIP-220): mirrors
 ``org.apache.pulsar.broker.loadbalance.extensions.scheduler.TransferShedder``.
 
-Load per broker ``L = weightedMaxEMA`` (``BrokerView.history_usage``). Per cycle:
+The extensible load manager's shedder balances the *spread* of broker load rather than chasing
+one hot broker, so it also fixes clusters ThresholdShedder never touches (PIP-220's
+``[12, 2, 1, 1] %`` and ``[50 x 5, 0] %``). Broker load ``L`` is ``weightedMaxEMA``
+(``BrokerView.history_usage``). One cycle:
 
-* brokers whose data is older than ``loadBalancerBrokerLoadDataTTLInSeconds`` are left out
-  (skip ``OutDatedData``); fewer than two left -> ``NoBrokers``;
-* cool-down: if a broker that gave or took a bundle within the grace period has not reported
-  for ``loadBalanceSheddingDelayInSeconds`` since that move, the whole cycle is skipped
-  (``CoolDown``) - its data does not show the move yet;
-* condition: ``std > loadBalancerBrokerLoadTargetStd``, or the min broker is underloaded
-  (``L_min < avg x min(0.5, targetStd / 2)`` or its throughput EMA below the max's times the
-  same multiplier), or the max broker is overloaded (``L_max > overload threshold`` and
-  ``L_max > avg + targetStd``);
-* debounce: the condition must hold on consecutive cycles; while the hit count is
-  ``<= loadBalancerSheddingConditionHitCountThreshold`` the cycle is skipped (``HitCount``), so
-  with the default 3 the 4th consecutive hit sheds; the count resets after a decision or when
-  the condition breaks;
-* up to ``loadBalancerMaxNumberOfBrokerSheddingPerCycle`` (max, min) pairs from the two ends of
-  the sorted list: offload ``(L_max - L_min) / 2`` of load, i.e.
-  ``thrEMA_max x offload / L_max`` of throughput, from the max broker's top-K bundles
-  (``loadBalancerMaxNumberOfBundlesInBundleLoadReport``) by current throughput, never its last
-  bundle; when the next bundle would overshoot, try a swap (min-broker bundles go back to the
-  max broker while both sides stay below ``thr_max``, accepted once ``minNew <= maxNew`` and
-  ``maxNew < 0.75 x thr_max``); the std is re-estimated after each pair and the loop stops once
-  balanced;
-* decisions are TRANSFER to the min broker when ``loadBalancerTransferEnabled``, else UNLOAD.
+1. Load data: a broker whose data is older than ``loadBalancerBrokerLoadDataTTLInSeconds`` is
+   left out (skip ``OutDatedData``); a non-finite load stops the cycle (``NoLoadData``); fewer
+   than two brokers left stops it too (``NoBrokers``).
+2. Cool-down: if a broker this shedder recently moved bundles off or onto has not reported for
+   ``loadBalanceSheddingDelayInSeconds`` since (``updated_at_ms - moved_at_ms < delay``), its
+   report does not show the move yet and the whole cycle is skipped (``CoolDown``); once its
+   data is that recent, the broker is forgotten.
+3. Condition, on ``avg`` and ``std = sqrt(sum(L^2)/n - avg^2)``: ``std >
+   loadBalancerBrokerLoadTargetStd``; or the min broker is underloaded (``L_min < avg x m``, or
+   its throughput EMA ``< m x`` the max broker's, ``m = min(0.5, max(0, targetStd / 2))``); or
+   the max broker is overloaded (``L_max >`` the overload threshold and ``> avg + targetStd``).
+4. Debounce: the hit count grows by one per cycle the condition holds and drops to 0 when it
+   does not; the cycle is skipped (``HitCount``) while ``hitCount <=
+   loadBalancerSheddingConditionHitCountThreshold``. With the default 3, the first three cycles
+   of a lasting imbalance are skipped and the **4th consecutive cycle sheds**. The count resets
+   after a cycle that decided something and is left as it was by cycles that stop in step 1 or 2
+   (Pulsar returns before counting).
+5. Up to ``loadBalancerMaxNumberOfBrokerSheddingPerCycle`` (max, min) pairs, walking in from both
+   ends of the brokers sorted by load while the condition still holds (reason ``Overloaded``
+   when ``std`` is above target or the max is overloaded, ``Underloaded`` when only the min is
+   starved). Per pair, ``offload = (L_max - L_min) / 2`` of load is ``thr_max x offload /
+   L_max`` bytes/s of the max broker's current throughput. Its top-K bundles
+   (``loadBalancerMaxNumberOfBundlesInBundleLoadReport``, by current throughput from
+   ``lastStats``) are walked largest first, skipping recently unloaded and zero-throughput
+   ones, never emptying the top-K list. When the next bundle would overshoot, a swap is tried
+   (transfers only): the min broker's top bundles go to the max broker while both new
+   throughputs stay below ``thr_max``, accepted once the min side is not above the max side and
+   the max side is below ``0.75 x thr_max``; without a swap the pair stops there. A pair that
+   moved something re-estimates ``std`` with the moved load and advances the min side; a max
+   broker that moved nothing is passed over (skip ``NoBundles``, or ``NoLoadData`` when none of
+   its bundles has stats) and its min broker is offered to the next one.
+6. Decisions are TRANSFER to the min broker when ``loadBalancerTransferEnabled``, else UNLOAD.
 
-Deviations: cool-down is judged from the shedder's own record of brokers it moved bundles
-between (Pulsar keeps the same map); isolation/anti-affinity policies are not modelled, so
-``loadBalancerSheddingBundlesWithPoliciesEnabled`` has no effect; the std re-estimate moves
-load linearly in throughput, as Pulsar's ``stats.offload`` does.
+Deviations from Pulsar:
+
+* the "recently unloaded brokers" map lives in this shedder's state and is filled when it
+  decides (Pulsar's scheduler fills it when an unload completes, with the source only); the
+  source and, for a transfer, the destination are recorded; entries go after
+  ``loadBalancerSheddingGracePeriodMinutes`` or when the broker leaves the view. It is not
+  derived from ``view.recently_unloaded``, which also holds bundles being split;
+* swap gains are subtracted from the traffic marked to offload (Pulsar does so only in debug
+  mode, a bug); a swap never takes the min broker's last bundle or a recently unloaded bundle
+  (Pulsar checks neither on that side); no bundle is named twice in a cycle;
+* the view holds reporting brokers only, so Pulsar's "available broker without load data" has
+  no counterpart: ``NoLoadData`` covers a non-finite load and max brokers without bundle stats;
+* with fewer than two fresh brokers the cycle stops (``NoBrokers``) without counting a hit;
+* isolation and anti-affinity policies are not modelled: every bundle is transferable and
+  ``loadBalancerSheddingBundlesWithPoliciesEnabled`` has no effect;
+* brokers tie on load by name and bundles on throughput by name; decisions come out pair by
+  pair, a swap's bundles just before the bundle that triggered it (Pulsar: an unordered set).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,26 +73,153 @@ from loadbalance.view import BrokerView, ClusterView
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
 
-SWAP_MAX_RATIO = 0.75
 MINUTE_MS = 60_000
+SWAP_MAX_BROKER_RATIO = 0.75
+"""A swap is accepted only if it leaves the max broker below this share of its throughput."""
 
 
 @dataclass(frozen=True, slots=True)
 class TransferShedderState:
-    """Consecutive condition hits and the brokers recently moved between (broker -> ms)."""
+    """Consecutive condition hits, and broker -> time (ms) this shedder last moved a bundle off
+    or onto it (for the cool-down)."""
 
     hit_count: int = 0
     recent_brokers: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
-def _stats(loads: Mapping[str, float]) -> tuple[float, float]:
-    n = len(loads)
-    avg = sum(loads.values()) / n
-    var = max(sum(v * v for v in loads.values()) / n - avg * avg, 0.0)
-    return avg, math.sqrt(var)
+def top_bundles(view: ClusterView, broker: BrokerView, k: int) -> list[tuple[str, float]]:
+    """The broker's top-K bundles by current throughput, as its top-bundles report lists them:
+    ``lastStats`` first, the short-term average when a bundle is missing there, never-measured
+    bundles left out; largest first, ties by name. ``k < 0`` lists all of them."""
+    stats = broker.report.last_stats
+    data = view.bundle_data
+    keyed: list[tuple[float, str]] = []
+    for b in broker.bundles:
+        s = stats.get(b)
+        if s is not None:
+            keyed.append((-(s.msg_throughput_in + s.msg_throughput_out), b))
+            continue
+        d = data.get(b)
+        if d is not None:
+            keyed.append((-d.short_term.msg_throughput, b))
+    chosen = sorted(keyed) if k < 0 else heapq.nsmallest(k, keyed)
+    return [(b, -negative) for negative, b in chosen]
+
+
+class _LoadStats:
+    """Pulsar's ``LoadStats``: brokers sorted by load, avg and std, and the two pair cursors."""
+
+    def __init__(self, brokers: list[BrokerView], config: LoadBalancerConfig) -> None:
+        self.brokers = brokers
+        self.loads = [b.history_usage for b in brokers]
+        n = len(brokers)
+        self.avg = sum(self.loads) / n
+        self.sq_sum = sum(x * x for x in self.loads)
+        self.std = math.sqrt(max(self.sq_sum / n - self.avg * self.avg, 0.0))
+        self.target_std = config.load_balancer_broker_load_target_std
+        self.multiplier = min(0.5, max(0.0, self.target_std / 2.0))
+        self.overload = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        self.lo, self.hi, self.pairs = 0, n - 1, 0
+
+    def underloaded(self) -> bool:
+        lo, hi = self.brokers[self.lo], self.brokers[self.hi]
+        if self.loads[self.lo] < self.avg * self.multiplier:
+            return True
+        return lo.msg_throughput_ema < hi.msg_throughput_ema * self.multiplier
+
+    def overloaded(self) -> bool:
+        load = self.loads[self.hi]
+        return load > self.overload and load > self.avg + self.target_std
+
+    def reason(self) -> str | None:
+        """Why the current (max, min) pair should shed, or ``None`` when balanced."""
+        if self.std > self.target_std:
+            return "Overloaded"
+        if self.underloaded():
+            return "Underloaded"
+        if self.overloaded():
+            return "Overloaded"
+        return None
+
+    def offload(self, max_load: float, min_load: float, moved_load: float) -> None:
+        """Re-estimate ``std`` as if ``moved_load`` went from the max to the min broker."""
+        max_after = max(0.0, max_load - moved_load)
+        min_after = min_load + moved_load
+        self.sq_sum += max_after**2 + min_after**2 - max_load**2 - min_load**2
+        n = len(self.brokers)
+        self.std = math.sqrt(abs(self.sq_sum / n - self.avg * self.avg))
+        self.pairs += 1
+        self.lo += 1
+
+    def describe(self) -> str:
+        return f"avg={self.avg:.4f} std={self.std:.4f} targetStd={self.target_std:.4f}"
+
+
+@dataclass(slots=True)
+class _Pair:
+    """One (max, min) pair's walk; ``moves`` are (bundle, from, to, bytes/s) in decision order."""
+
+    view: ClusterView
+    src: BrokerView
+    dst: BrokerView
+    taken: set[str]
+    k: int
+    transfer: bool
+    moves: list[tuple[str, str, str, float]] = field(default_factory=list)
+    marked: float = 0.0
+    gained: float = 0.0
+
+    def walk(self, offload_bytes_per_s: float, top: list[tuple[str, float]]) -> None:
+        recent = self.view.recently_unloaded
+        thr_max = self.src.report.msg_throughput
+        min_side = iter(top_bundles(self.view, self.dst, self.k)) if self.transfer else iter(())
+        min_left = len(self.dst.bundles)
+        remaining = len(top)
+        for bundle, thr in top:
+            if bundle in recent or bundle in self.taken:
+                continue
+            if remaining <= 1:
+                break
+            if thr <= 0:
+                continue
+            if self.marked - self.gained + thr > offload_bytes_per_s:
+                swap = self._swap(min_side, thr, thr_max, min_left) if self.transfer else []
+                if not swap:
+                    break
+                min_left -= len(swap)
+                for b, t in swap:
+                    self.moves.append((b, self.dst.broker, self.src.broker, t))
+                    self.taken.add(b)
+                    self.gained += t
+            self.moves.append((bundle, self.src.broker, self.dst.broker, thr))
+            self.taken.add(bundle)
+            self.marked += thr
+            remaining -= 1
+
+    def _swap(self, min_side, thr: float, thr_max: float, min_left: int) -> list[tuple[str, float]]:
+        """Min-broker bundles to send back so that moving ``thr`` does not overshoot."""
+        recent = self.view.recently_unloaded
+        net = self.marked - self.gained + thr
+        max_new = thr_max - net
+        min_new = self.dst.report.msg_throughput + net
+        back: list[tuple[str, float]] = []
+        for b, t in min_side:
+            if b in recent or b in self.taken or t <= 0:
+                continue
+            if min_left - len(back) <= 1:
+                break  # the min broker keeps at least one bundle
+            if max_new + t < thr_max and min_new - t < thr_max:
+                back.append((b, t))
+                max_new += t
+                min_new -= t
+                if min_new <= max_new and max_new < thr_max * SWAP_MAX_BROKER_RATIO:
+                    return back
+        return []
 
 
 class TransferShedder:
+    """Bring the std of broker load under a target, pairing the busiest with the idlest."""
+
     name: ClassVar[str] = "TransferShedder"
 
     def initial_state(self) -> TransferShedderState:
@@ -80,184 +234,151 @@ class TransferShedder:
         now_ms: int,
         cycle: str,
     ) -> tuple[TransferShedderState, PolicyResult]:
-        state = state or self.initial_state()
-        skips: list[Skip] = []
+        state = state if state is not None else self.initial_state()
         grace_ms = config.load_balancer_shedding_grace_period_minutes * MINUTE_MS
-        recent = {b: t for b, t in state.recent_brokers.items() if now_ms - t < grace_ms}
-        ttl_ms = config.load_balancer_broker_load_data_ttl_in_seconds * 1000
-        brokers: dict[str, BrokerView] = {}
-        for name in sorted(view.brokers):
-            b = view.brokers[name]
-            if now_ms - b.updated_at_ms > ttl_ms:
-                skips.append(Skip(self.name, "OutDatedData", broker=name))
-            else:
-                brokers[name] = b
-        if len(brokers) < 2:
-            skips.append(Skip(self.name, "NoBrokers"))
-            return TransferShedderState(0, MappingProxyType(recent)), PolicyResult((), tuple(skips))
-        delay_ms = config.load_balance_shedding_delay_in_seconds * 1000
-        for name, moved_at in sorted(recent.items()):
-            b = brokers.get(name)
-            if b is not None and b.updated_at_ms - moved_at < delay_ms:
-                skips.append(Skip(self.name, "CoolDown", broker=name))
-                new = TransferShedderState(state.hit_count, MappingProxyType(recent))
-                return new, PolicyResult((), tuple(skips))
+        recent = {
+            b: t
+            for b, t in state.recent_brokers.items()
+            if b in view.brokers and now_ms - t < grace_ms
+        }
+        skips: list[Skip] = []
 
-        loads = {n: b.history_usage for n, b in brokers.items()}
-        avg, std = _stats(loads)
-        target_std = config.load_balancer_broker_load_target_std
-        overload = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
-        order = sorted(brokers, key=lambda n: (loads[n], n))
-        multiplier = min(0.5, max(0.0, target_std / 2))
+        def stop(hits: int, reason: str | None = None, detail: str = ""):
+            if reason is not None:
+                skips.append(Skip(self.name, reason, detail=detail))
+            new_state = TransferShedderState(hits, MappingProxyType(recent))
+            return new_state, PolicyResult((), tuple(skips))
 
-        def underloaded(lo: str, hi: str) -> bool:
-            thr_lo, thr_hi = brokers[lo].msg_throughput_ema, brokers[hi].msg_throughput_ema
-            return loads[lo] < avg * multiplier or thr_lo < thr_hi * multiplier
+        fresh = self._fresh_brokers(view, config, recent, now_ms, skips)
+        if fresh is None:  # cool-down, already recorded as a skip
+            return stop(state.hit_count)
+        if any(not math.isfinite(b.history_usage) for b in fresh.values()):
+            return stop(state.hit_count, "NoLoadData", "a broker's load is not a number")
+        if len(fresh) < 2:
+            return stop(state.hit_count, "NoBrokers", f"{len(fresh)} broker(s) with fresh data")
 
-        def overloaded(hi: str) -> bool:
-            return loads[hi] > overload and loads[hi] > avg + target_std
-
-        lo, hi = order[0], order[-1]
-        hit = std > target_std or underloaded(lo, hi) or overloaded(hi)
-        if not hit:
-            skips.append(Skip(self.name, "Balanced", detail=f"std={std:.4f}"))
-            return TransferShedderState(0, MappingProxyType(recent)), PolicyResult((), tuple(skips))
-        hits = state.hit_count + 1
-        if hits <= config.load_balancer_shedding_condition_hit_count_threshold:
-            skips.append(Skip(self.name, "HitCount", detail=f"{hits}"))
-            return TransferShedderState(hits, MappingProxyType(recent)), PolicyResult(
-                (), tuple(skips)
-            )
-
-        decisions: list[Decision] = []
-        i, j, pairs = 0, len(order) - 1, 0
-        max_pairs = config.load_balancer_max_number_of_broker_shedding_per_cycle
-        while i < j and pairs < max_pairs:
-            lo, hi = order[i], order[j]
-            if not (std > target_std or underloaded(lo, hi) or overloaded(hi)):
-                break
-            reason = "Overloaded" if overloaded(hi) else "Underloaded"
-            moved = self._pair(view, config, brokers, loads, lo, hi, reason, cycle, now_ms)
-            if moved:
-                decisions.extend(moved)
-                recent[lo] = recent[hi] = now_ms
-                pairs += 1
-                avg, std = _stats(loads)
-            i, j = i + 1, j - 1
-        if not decisions:
-            skips.append(Skip(self.name, "NoBundles", broker=order[-1]))
-            return TransferShedderState(hits, MappingProxyType(recent)), PolicyResult(
-                (), tuple(skips)
-            )
-        return TransferShedderState(0, MappingProxyType(recent)), PolicyResult(
-            tuple(decisions), tuple(skips)
+        stats = _LoadStats(
+            sorted(fresh.values(), key=lambda b: (b.history_usage, b.broker)), config
         )
+        if stats.reason() is None:
+            return stop(0, "Balanced", stats.describe())
+        hits = state.hit_count + 1
+        threshold = config.load_balancer_shedding_condition_hit_count_threshold
+        if hits <= threshold:
+            return stop(hits, "HitCount", f"hit {hits} <= {threshold}; {stats.describe()}")
 
-    def _pair(
+        decisions = self._shed(view, config, stats, skips, cycle=cycle, now_ms=now_ms)
+        if not decisions:
+            no_data = any(s.reason == "NoLoadData" for s in skips)
+            return stop(hits, "NoLoadData" if no_data else "NoBundles", stats.describe())
+        for d in decisions:
+            for broker in (d.source_broker, d.destination_broker):
+                if broker is not None:
+                    recent[broker] = now_ms
+        new_state = TransferShedderState(0, MappingProxyType(recent))
+        return new_state, PolicyResult(tuple(decisions), tuple(skips))
+
+    def _fresh_brokers(
         self,
         view: ClusterView,
         config: LoadBalancerConfig,
-        brokers: Mapping[str, BrokerView],
-        loads: dict[str, float],
-        lo: str,
-        hi: str,
-        reason: str,
+        recent: dict[str, int],
+        now_ms: int,
+        skips: list[Skip],
+    ) -> dict[str, BrokerView] | None:
+        """Brokers with data younger than the TTL, or ``None`` when a cool-down stops the cycle;
+        forgets (in ``recent``) brokers whose data already reflects their last move."""
+        ttl_ms = config.load_balancer_broker_load_data_ttl_in_seconds * 1000
+        delay_ms = config.load_balance_shedding_delay_in_seconds * 1000
+        fresh: dict[str, BrokerView] = {}
+        for name in sorted(view.brokers):
+            b = view.brokers[name]
+            age_ms = now_ms - b.updated_at_ms
+            if age_ms > ttl_ms:
+                skips.append(Skip(self.name, "OutDatedData", name, detail=f"age {age_ms} ms"))
+                continue
+            moved_at_ms = recent.get(name)
+            if moved_at_ms is not None:
+                elapsed_ms = b.updated_at_ms - moved_at_ms
+                if elapsed_ms < delay_ms:
+                    detail = f"data {elapsed_ms} ms after the last move < {delay_ms:g} ms"
+                    skips.append(Skip(self.name, "CoolDown", name, detail=detail))
+                    return None
+                del recent[name]
+            fresh[name] = b
+        return fresh
+
+    def _shed(
+        self,
+        view: ClusterView,
+        config: LoadBalancerConfig,
+        stats: _LoadStats,
+        skips: list[Skip],
+        *,
         cycle: str,
         now_ms: int,
     ) -> list[Decision]:
-        """Move load from ``hi`` to ``lo``; update ``loads`` with the estimate of what moved."""
-        src, dst = brokers[hi], brokers[lo]
-        if loads[hi] <= 0:
-            return []
-        offload = (loads[hi] - loads[lo]) / 2
-        thr_max = src.msg_throughput_ema
-        target = thr_max * offload / loads[hi]
-        top = _top_bundles(
-            view, src, config.load_balancer_max_number_of_bundles_in_bundle_load_report
-        )
-        remaining_bundles = len(src.bundles)
-        moves: list[tuple[str, str, str, float]] = []  # bundle, from, to, throughput
-        moved = 0.0
-        for bundle, thr in top:
-            if remaining_bundles <= 1:
+        """Step 5: walk (max, min) pairs inwards until balanced or out of pairs."""
+        k = config.load_balancer_max_number_of_bundles_in_bundle_load_report
+        transfer = config.load_balancer_transfer_enabled
+        max_pairs = config.load_balancer_max_number_of_broker_shedding_per_cycle
+        taken: set[str] = set()
+        decisions: list[Decision] = []
+        while stats.pairs < max_pairs and stats.lo < stats.hi:
+            reason = stats.reason()
+            if reason is None:
                 break
-            if moved + thr <= target:
-                moves.append((bundle, hi, lo, thr))
-                moved += thr
-                remaining_bundles -= 1
+            src, dst = stats.brokers[stats.hi], stats.brokers[stats.lo]
+            max_load, min_load = stats.loads[stats.hi], stats.loads[stats.lo]
+            stats.hi -= 1
+            top = top_bundles(view, src, k)
+            if not top:
+                why = "NoLoadData" if src.bundles else "NoBundles"
+                skips.append(Skip(self.name, why, src.broker, detail="no bundle stats"))
                 continue
-            if not moves and config.load_balancer_transfer_enabled:  # Pulsar swaps only then
-                moves += _swap(view, src, dst, bundle, thr, thr_max, hi, lo)
-                moved = sum(t if f == hi else -t for _, f, _, t in moves)
-            break
-        if not moves:
-            return []
-        shift = loads[hi] * moved / thr_max if thr_max > 0 else 0.0
-        loads[hi] -= shift
-        loads[lo] += shift
-        kind = TRANSFER if config.load_balancer_transfer_enabled else UNLOAD
-        return [
-            make_decision(
-                cycle=cycle,
-                kind=kind,
-                bundle=bundle,
-                source_broker=frm,
-                destination_broker=to if kind == TRANSFER else None,
-                reason=reason,
-                strategy=self.name,
-                inputs={
-                    "maxBrokerLoad": loads[hi] + shift,
-                    "minBrokerLoad": loads[lo] - shift,
-                    "offloadThroughput": target,
-                    "bundleThroughput": thr,
-                    "swap": frm == lo,
-                },
-                decided_at_ms=now_ms,
-            )
-            for bundle, frm, to, thr in moves
-        ]
-
-
-def _bundle_throughput(view: ClusterView, broker: BrokerView, bundle: str) -> float:
-    stats = broker.report.last_stats.get(bundle)
-    if stats is not None:
-        return stats.msg_throughput
-    return view.bundle(bundle).short_term.msg_throughput
-
-
-def _top_bundles(view: ClusterView, broker: BrokerView, k: int) -> list[tuple[str, float]]:
-    items = [
-        (b, _bundle_throughput(view, broker, b))
-        for b in broker.bundles
-        if b not in view.recently_unloaded
-    ]
-    items = [x for x in items if x[1] > 0]
-    items.sort(key=lambda x: (-x[1], x[0]))
-    return items if k < 0 else items[:k]
-
-
-def _swap(
-    view: ClusterView,
-    src: BrokerView,
-    dst: BrokerView,
-    bundle: str,
-    thr: float,
-    thr_max: float,
-    hi: str,
-    lo: str,
-) -> list[tuple[str, str, str, float]]:
-    """Move ``bundle`` hi -> lo and some of lo's bundles back, if that balances the pair."""
-    max_new = src.report.msg_throughput - thr
-    min_new = dst.report.msg_throughput + thr
-    back: list[tuple[str, str, str, float]] = []
-    for b, t in _top_bundles(view, dst, -1):
-        if len(back) + 1 >= len(dst.bundles):  # the min broker keeps at least one bundle
-            break
-        if max_new + t >= thr_max or min_new - t >= thr_max:
-            continue
-        max_new += t
-        min_new -= t
-        back.append((b, lo, hi, t))
-        if min_new <= max_new and max_new < SWAP_MAX_RATIO * thr_max:
-            return [(bundle, hi, lo, thr), *back]
-    return []
+            if len(top) == 1:
+                skips.append(Skip(self.name, "NoBundles", src.broker, top[0][0], "sole bundle"))
+                continue
+            if max_load <= 0:  # nothing to offload (Pulsar would divide by zero here)
+                skips.append(Skip(self.name, "NoBundles", src.broker, detail="max load is 0"))
+                continue
+            offload = (max_load - min_load) / 2
+            thr_max = src.report.msg_throughput
+            offload_bytes_per_s = thr_max * offload / max_load
+            pair = _Pair(view, src, dst, taken, k, transfer)
+            pair.walk(offload_bytes_per_s, top)
+            if pair.marked <= 0:
+                detail = f"no bundle fits {offload_bytes_per_s:.0f} B/s"
+                skips.append(Skip(self.name, "NoBundles", src.broker, detail=detail))
+                continue
+            net = pair.marked - pair.gained
+            moved_load = net * max_load / thr_max if thr_max > 0 else offload
+            inputs = {
+                "maxBrokerLoad": max_load,
+                "minBrokerLoad": min_load,
+                "avgLoad": stats.avg,
+                "stdBefore": stats.std,
+                "targetStd": stats.target_std,
+                "offloadThroughputBytesPerS": offload_bytes_per_s,
+                "netThroughputMovedBytesPerS": net,
+            }
+            for bundle, frm, to, thr in pair.moves:
+                decisions.append(
+                    make_decision(
+                        cycle=cycle,
+                        kind=TRANSFER if transfer else UNLOAD,
+                        bundle=bundle,
+                        source_broker=frm,
+                        destination_broker=to if transfer else None,
+                        reason=reason,
+                        strategy=self.name,
+                        inputs={
+                            **inputs,
+                            "bundleThroughputBytesPerS": thr,
+                            "swap": frm == dst.broker,
+                        },
+                        decided_at_ms=now_ms,
+                    )
+                )
+            stats.offload(max_load, min_load, moved_load)
+        return decisions
