@@ -145,7 +145,7 @@ class EventPublisher:
             raise Transient(f"ownership events not delivered to {self.topic}: {detail}")
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Best-effort final flush at shutdown (undelivered events were already logged)."""
+        """Best-effort final flush at shutdown: a failure here is swallowed, not raised."""
         with contextlib.suppress(Transient):
             self.flush(timeout_s)
 

@@ -304,3 +304,31 @@ def test_malformed_records_go_to_dead_letters_and_good_ones_after_them_count(
     assert letters[2]["valueTruncated"] is False and "exceeds" in letters[2]["reason"]
     brokers = fresh_redis.hkeys(f"{config.redis_key_prefix}:load:brokers")
     assert brokers == [b"good:8080"]
+
+
+def test_lbctl_stream_available_now_drains_the_topic_into_redis(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    from lbctl.main import main
+
+    config = _config(unique_topic)
+    report = _report("cli:8080", 50.0, {f"{NS}/0x00000000_0xffffffff": _stats(5.0, 1e3)})
+    _publish(kafka_bootstrap, config.load_reports_topic,
+             [(b"cli:8080", encode_report(report), T0_MS)])  # fmt: skip
+    argv = ["stream", "--bootstrap-servers", kafka_bootstrap, "--redis-url", redis_url,
+            "--checkpoint", str(tmp_path / "ckpt"), "--available-now", "--source", "python",
+            "--shards", "2"]  # fmt: skip
+    knobs = {
+        "loadReportsTopic": config.load_reports_topic,
+        "decisionsTopic": config.decisions_topic,
+        "deadLettersTopic": config.dead_letters_topic,
+        "redisKeyPrefix": config.redis_key_prefix,
+    }
+    for knob, value in knobs.items():
+        argv += ["--set", f"{knob}={value}"]
+
+    assert main(argv) == 0
+
+    prefix = config.redis_key_prefix
+    assert fresh_redis.hkeys(f"{prefix}:load:brokers") == [b"cli:8080"]
+    assert int(fresh_redis.hget(f"{prefix}:stream:progress", "now_ms")) == T0_MS
