@@ -1,0 +1,341 @@
+"""Prometheus metrics of every long-running process (stream, control, agent, simulator).
+
+One module defines every metric object, so that a name is declared once, two processes never
+disagree on a label set, and a dashboard written for one process reads the same names in another.
+Where Pulsar's load manager has a metric we use its exact name and labels (``pulsar_lb_*``, see
+``ModularLoadManagerImpl`` / ``BrokerLoadData.toMetrics`` / ``UnloadCounter`` / ``SplitCounter`` /
+``AssignCounter``), so Pulsar's Grafana panels keep working; everything Pulsar has no name for is
+prefixed ``lbctl_``.
+
+Deviations from Pulsar, on purpose:
+
+- Pulsar exports a ``Metrics`` object per dimension set with ``cluster`` and ``metric``
+  (``loadBalancing``, ``bundleUnloading``, ``bundlesSplit``, ``assign``) labels; ``metric`` is
+  constant per name and ``cluster`` is constant per deployment, so we leave both to the scrape
+  config (Prometheus' ``job``/``instance`` or ``external_labels``). The usage gauges keep the
+  ``broker`` label: here one process (the stream job) exports every broker's usage, where a Pulsar
+  broker exports only its own.
+- Pulsar's unload/split counters carry the leader's ``broker`` label; our decider is not a broker,
+  so they have none.
+- Counters are exposed the Prometheus-client way: ``<name>_total`` (Pulsar's names already end in
+  ``_total``), and the ``_created`` series are disabled to keep the exposition Pulsar-shaped.
+
+Updating a metric costs a lock and an add; callers update per batch or per cycle, never per record,
+so the hot path is not measurably slower.
+
+Usage in a process::
+
+    from lbctl import metrics
+    metrics.add_metrics_argument(parser)             # --metrics-port, --metrics-addr
+    ...
+    metrics.serve(args.metrics_port, args.metrics_addr)
+    metrics.DECISIONS_PUBLISHED.labels(kind="unload", reason="Overloaded").inc()
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections.abc import Iterable
+
+from prometheus_client import (
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
+
+log = logging.getLogger(__name__)
+
+# Pulsar's exposition has no ``_created`` series; ours should look the same.
+disable_created_metrics()
+
+# --------------------------------------------------------------------------------------------
+# Pulsar's names (ModularLoadManagerImpl, extensible BrokerLoadData/UnloadCounter/SplitCounter)
+# --------------------------------------------------------------------------------------------
+
+#: Per-broker resource usage in percent (0-100), from the averaged view of its load reports.
+BROKER_CPU_USAGE = Gauge("pulsar_lb_cpu_usage", "Broker CPU usage, percent", ["broker"])
+BROKER_MEMORY_USAGE = Gauge("pulsar_lb_memory_usage", "Broker JVM heap usage, percent", ["broker"])
+BROKER_DIRECT_MEMORY_USAGE = Gauge(
+    "pulsar_lb_directMemory_usage", "Broker direct memory usage, percent", ["broker"]
+)
+BROKER_BANDWIDTH_IN_USAGE = Gauge(
+    "pulsar_lb_bandwidth_in_usage", "Broker inbound NIC usage, percent", ["broker"]
+)
+BROKER_BANDWIDTH_OUT_USAGE = Gauge(
+    "pulsar_lb_bandwidth_out_usage", "Broker outbound NIC usage, percent", ["broker"]
+)
+
+#: Extensible load manager's broker score: ``feature="max"`` is the weighted max usage (0-1) of the
+#: latest report, ``feature="max_ema"`` its exponential moving average (what the shedders rank by).
+BROKER_RESOURCE_USAGE = Gauge(
+    "pulsar_lb_resource_usage",
+    "Broker score: weighted max resource usage (max) and its moving average (max_ema), 0-1",
+    ["broker", "feature"],
+)
+#: Cluster-wide average and standard deviation of the brokers' scores (TransferShedder's input).
+RESOURCE_USAGE_STATS = Gauge(
+    "pulsar_lb_resource_usage_stats",
+    "Average (stat=avg) and standard deviation (stat=std) of the broker scores",
+    ["feature", "stat"],
+)
+
+UNLOAD_BROKER_TOTAL = Counter(
+    "pulsar_lb_unload_broker_total", "Brokers that had bundles unloaded, counted per shedding cycle"
+)
+UNLOAD_BUNDLE_TOTAL = Counter("pulsar_lb_unload_bundle_total", "Bundles unloaded by the shedder")
+#: ``result`` is Success, Skip or Failure; ``reason`` is Pulsar's: Overloaded, Underloaded, Admin,
+#: Balanced, NoBundles, CoolDown, OutDatedData, NoLoadData, NoBrokers, HitCount, Unknown.
+UNLOAD_BROKER_BREAKDOWN_TOTAL = Counter(
+    "pulsar_lb_unload_broker_breakdown_total",
+    "Unload decisions and skipped shedding cycles by result and reason",
+    ["result", "reason"],
+)
+BUNDLES_SPLIT_TOTAL = Counter("pulsar_lb_bundles_split_total", "Bundles split")
+#: ``reason`` is Pulsar's: Topics, Sessions, MsgRate, Bandwidth, Admin, Unknown.
+BUNDLES_SPLIT_BREAKDOWN_TOTAL = Counter(
+    "pulsar_lb_bundles_split_breakdown_total",
+    "Bundle splits by result and reason",
+    ["result", "reason"],
+)
+#: ``result`` is Success, Skip, Empty or Failure (Pulsar's AssignCounter).
+ASSIGN_BROKER_BREAKDOWN_TOTAL = Counter(
+    "pulsar_lb_assign_broker_breakdown_total", "Bundle assignments by result", ["result"]
+)
+
+# --------------------------------------------------------------------------------------------
+# Ours: the streaming job
+# --------------------------------------------------------------------------------------------
+
+#: Buckets from a fast micro-batch (tens of ms) to a slow one on a loaded 2-core box (minutes).
+_BATCH_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+STREAM_BATCH_DURATION = Histogram(
+    "lbctl_stream_batch_duration_seconds",
+    "Wall time of one micro-batch's decision stage, driver side",
+    buckets=_BATCH_BUCKETS_S,
+)
+STREAM_BATCHES = Counter("lbctl_stream_batches_total", "Micro-batches handled by the driver")
+STREAM_LAST_BATCH_ID = Gauge("lbctl_stream_last_batch_id", "Id of the last micro-batch handled")
+STREAM_INPUT_ROWS = Counter(
+    "lbctl_stream_input_rows_total", "Load-report records read from Kafka (good and bad)"
+)
+STREAM_DEAD_LETTERS = Counter(
+    "lbctl_stream_dead_letters_total", "Records rejected to the dead-letter topic"
+)
+STREAM_BROKERS = Gauge("lbctl_stream_brokers", "Brokers in the averaged view")
+STREAM_BUNDLES = Gauge("lbctl_stream_bundles", "Bundles in the averaged view")
+#: ``kind`` is the decision kind (split, unload, transfer, ...); ``reason`` Pulsar's reason name.
+DECISIONS_PUBLISHED = Counter(
+    "lbctl_decisions_published_total", "Decisions published to Kafka", ["kind", "reason"]
+)
+
+# --------------------------------------------------------------------------------------------
+# Ours: the control loop and lookups
+# --------------------------------------------------------------------------------------------
+
+#: ``outcome`` is what applying it did (applied, noop, stale, rejected, failed, ...).
+CONTROL_DECISIONS = Counter(
+    "lbctl_control_decisions_total", "Decisions read by the control loop", ["kind", "outcome"]
+)
+CONTROL_CYCLE_DURATION = Histogram(
+    "lbctl_control_cycle_duration_seconds",
+    "Wall time of one control-loop cycle",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+#: ``event`` is the ownership event type (assigned, released, expired, split, ...).
+OWNERSHIP_EVENTS_PUBLISHED = Counter(
+    "lbctl_ownership_events_published_total", "Ownership events published", ["event"]
+)
+#: ``result`` is owned (an owner answered), assigned (placed on lookup), none, or failure.
+LOOKUPS = Counter("lbctl_lookups_total", "Bundle owner lookups", ["result"])
+LOOKUP_DURATION = Histogram(
+    "lbctl_lookup_duration_seconds",
+    "Latency of one bundle owner lookup",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+
+# --------------------------------------------------------------------------------------------
+# Ours: the broker agent and the simulator
+# --------------------------------------------------------------------------------------------
+
+AGENT_REPORTS_PUBLISHED = Counter(
+    "lbctl_agent_reports_published_total", "Load reports the broker agent published"
+)
+AGENT_CHECKS = Counter(
+    "lbctl_agent_checks_total", "Report checks by the agent, published or not", ["published"]
+)
+#: ``result`` is renewed, lost (the lease is no longer ours) or failed (the store did not answer).
+LEASE_RENEWALS = Counter(
+    "lbctl_lease_renewals_total", "Bundle lease renewals by result", ["result"]
+)
+SIMULATOR_CYCLES = Counter("lbctl_simulator_cycles_total", "Simulator ticks")
+SIMULATOR_REPORTS_PUBLISHED = Counter(
+    "lbctl_simulator_reports_published_total", "Load reports the simulator published"
+)
+
+_BROKER_GAUGES = (
+    BROKER_CPU_USAGE,
+    BROKER_MEMORY_USAGE,
+    BROKER_DIRECT_MEMORY_USAGE,
+    BROKER_BANDWIDTH_IN_USAGE,
+    BROKER_BANDWIDTH_OUT_USAGE,
+)
+
+# Brokers whose series we set, so that departed ones can be removed without the client's private
+# label table.
+_usage_brokers: set[str] = set()
+_scored_brokers: set[tuple[str, str]] = set()
+_brokers_lock = threading.Lock()
+
+# --------------------------------------------------------------------------------------------
+# Recording helpers: one call per batch or cycle, Pulsar's counting rules in one place
+# --------------------------------------------------------------------------------------------
+
+
+def set_broker_usage(
+    broker: str,
+    *,
+    cpu: float,
+    memory: float,
+    direct_memory: float,
+    bandwidth_in: float,
+    bandwidth_out: float,
+) -> None:
+    """Set one broker's usage gauges (percent, as Pulsar's ``LocalBrokerData`` usage)."""
+    with _brokers_lock:
+        _usage_brokers.add(broker)
+    BROKER_CPU_USAGE.labels(broker=broker).set(cpu)
+    BROKER_MEMORY_USAGE.labels(broker=broker).set(memory)
+    BROKER_DIRECT_MEMORY_USAGE.labels(broker=broker).set(direct_memory)
+    BROKER_BANDWIDTH_IN_USAGE.labels(broker=broker).set(bandwidth_in)
+    BROKER_BANDWIDTH_OUT_USAGE.labels(broker=broker).set(bandwidth_out)
+
+
+def forget_brokers(keep: Iterable[str]) -> None:
+    """Drop the per-broker series of every broker not in ``keep``.
+
+    Why: a broker that left the cluster must not keep exporting its last usage forever (a stale
+    gauge looks like a live, idle broker on a dashboard).
+    """
+    keep_set = set(keep)
+    with _brokers_lock:
+        gone = _usage_brokers - keep_set
+        _usage_brokers.intersection_update(keep_set)
+        gone_scored = {key for key in _scored_brokers if key[0] not in keep_set}
+        _scored_brokers.difference_update(gone_scored)
+    for broker in gone:
+        for gauge in _BROKER_GAUGES:
+            gauge.remove(broker)
+    for broker, feature in gone_scored:
+        BROKER_RESOURCE_USAGE.remove(broker, feature)
+
+
+def set_broker_score(broker: str, *, max_ema: float, latest_max: float | None = None) -> None:
+    """Set one broker's score gauges (``pulsar_lb_resource_usage``, 0-1)."""
+    BROKER_RESOURCE_USAGE.labels(broker=broker, feature="max_ema").set(max_ema)
+    keys = [(broker, "max_ema")]
+    if latest_max is not None:
+        BROKER_RESOURCE_USAGE.labels(broker=broker, feature="max").set(latest_max)
+        keys.append((broker, "max"))
+    with _brokers_lock:
+        _scored_brokers.update(keys)
+
+
+def set_resource_usage_stats(avg: float, std: float, feature: str = "max_ema") -> None:
+    """Set the cluster-wide average and standard deviation of the broker scores."""
+    RESOURCE_USAGE_STATS.labels(feature=feature, stat="avg").set(avg)
+    RESOURCE_USAGE_STATS.labels(feature=feature, stat="std").set(std)
+
+
+def record_unloads(unloads: Iterable[tuple[str, str]]) -> None:
+    """Count one shedding cycle's unloads: ``(source broker, reason)`` per unloaded bundle.
+
+    Pulsar's rule: ``unload_broker_total`` grows by the number of distinct brokers shed in the
+    cycle, ``unload_bundle_total`` by the number of bundles, and the breakdown by one
+    ``result="Success"`` per unload decision with its reason.
+    """
+    items = list(unloads)
+    if not items:
+        return
+    UNLOAD_BROKER_TOTAL.inc(len({broker for broker, _ in items}))
+    UNLOAD_BUNDLE_TOTAL.inc(len(items))
+    for _, reason in items:
+        UNLOAD_BROKER_BREAKDOWN_TOTAL.labels(result="Success", reason=reason or "Unknown").inc()
+
+
+def record_unload_skip(reason: str, result: str = "Skip") -> None:
+    """Count a shedding cycle that unloaded nothing (``Skip``) or failed (``Failure``)."""
+    UNLOAD_BROKER_BREAKDOWN_TOTAL.labels(result=result, reason=reason or "Unknown").inc()
+
+
+def record_splits(reasons: Iterable[str], result: str = "Success") -> None:
+    """Count bundle splits, one reason (Topics, Sessions, MsgRate, Bandwidth, Admin) each."""
+    n = 0
+    for reason in reasons:
+        BUNDLES_SPLIT_BREAKDOWN_TOTAL.labels(result=result, reason=reason or "Unknown").inc()
+        n += 1
+    if n and result == "Success":
+        BUNDLES_SPLIT_TOTAL.inc(n)
+
+
+# --------------------------------------------------------------------------------------------
+# The HTTP exporter
+# --------------------------------------------------------------------------------------------
+
+_servers: list = []
+_servers_lock = threading.Lock()
+
+
+def serve(port: int | None, addr: str = "127.0.0.1") -> int | None:
+    """Start the ``/metrics`` HTTP exporter on a daemon thread; return the bound port.
+
+    ``None`` means metrics are off (nothing is started, ``None`` is returned); ``0`` binds a free
+    port, which tests use so that nothing depends on a fixed port. The default address is loopback
+    because an exporter should only face the network when the operator says so.
+    """
+    if port is None:
+        return None
+    httpd, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
+    bound = int(httpd.server_port)
+    with _servers_lock:
+        _servers.append(httpd)
+    shown = f"[{addr}]" if ":" in addr else addr
+    log.info("metrics on http://%s:%d/metrics", shown, bound)
+    return bound
+
+
+def stop_all() -> None:
+    """Shut down every exporter this process started (tests; processes just exit)."""
+    with _servers_lock:
+        servers, _servers[:] = list(_servers), []
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--metrics-port`` (and ``--metrics-addr``) to a command's parser."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://ADDR:PORT/metrics (0 = a free port; "
+        "default: no metrics endpoint)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 to expose it)",
+    )
+
+
+def serve_from_args(args: argparse.Namespace) -> int | None:
+    """``serve`` with the options ``add_metrics_argument`` added."""
+    return serve(getattr(args, "metrics_port", None), getattr(args, "metrics_addr", "127.0.0.1"))
