@@ -1,0 +1,222 @@
+"""An in-process ``OwnershipStore``: the same contract as ``RedisStore``, held in dicts.
+
+Why: unit tests and the fast simulator need ownership semantics (versions, fencing tokens,
+leases judged against ``now_ms``) without a Redis server, and a second implementation keeps the
+interface honest: ``tests/integration/test_store_contract.py`` runs the same assertions against
+both. One lock makes every method atomic, which is what a Lua script gives ``RedisStore``, so
+racing threads see the same all-or-nothing changes. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.store import BrokerNotAlive, Lease
+from loadbalance.bundles import NamespaceBundles, parse_bundle, topic_namespace
+from loadbalance.errors import Conflict, InvalidInput
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Broker:
+    heartbeat_ms: int
+    expires_at_ms: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """Bundle ranges, leases and broker registrations in memory, thread-safe with one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._namespaces: dict[str, NamespaceBundles] = {}
+        self._leases: dict[str, Lease] = {}
+        self._brokers: dict[str, _Broker] = {}
+        self._fence = 0  # the last fencing token handed out; only grows
+
+    # -- brokers -----------------------------------------------------------------------------
+    def register_broker(
+        self, broker: str, now_ms: int, ttl_ms: int, info: Mapping[str, Any] | None = None
+    ) -> None:
+        """Register or heartbeat a broker; it is alive until ``now_ms + ttl_ms``."""
+        with self._lock:
+            self._brokers[broker] = _Broker(now_ms, now_ms + ttl_ms, dict(info or {}))
+
+    heartbeat = register_broker
+
+    def broker_info(self, broker: str) -> dict[str, Any] | None:
+        """What the broker registered with (a copy), or None if it never registered."""
+        with self._lock:
+            b = self._brokers.get(broker)
+            return copy.deepcopy(b.info) if b else None
+
+    def live_brokers(self, now_ms: int) -> list[str]:
+        with self._lock:
+            return sorted(b for b, r in self._brokers.items() if r.expires_at_ms > now_ms)
+
+    def _alive(self, broker: str, now_ms: int) -> bool:
+        r = self._brokers.get(broker)
+        return r is not None and r.expires_at_ms > now_ms
+
+    # -- namespaces --------------------------------------------------------------------------
+    def create_namespace(self, ns: str, num_bundles: int, *, exist_ok: bool = False) -> bool:
+        nb = NamespaceBundles.initial(ns, num_bundles)
+        with self._lock:
+            if ns in self._namespaces:
+                if exist_ok:
+                    return False
+                raise InvalidInput("namespace", f"namespace {ns} already exists")
+            self._namespaces[ns] = nb
+            return True
+
+    def get_namespace(self, ns: str) -> NamespaceBundles | None:
+        with self._lock:
+            return self._namespaces.get(ns)  # frozen: safe to hand out
+
+    def list_namespaces(self) -> list[str]:
+        with self._lock:
+            return sorted(self._namespaces)
+
+    def _require_ns(self, ns: str) -> NamespaceBundles:
+        nb = self._namespaces.get(ns)
+        if nb is None:
+            raise InvalidInput("namespace", f"unknown namespace {ns}")
+        return nb
+
+    def _reshape(
+        self, ns: str, expected_version: int | None, new_of: Any, gone: Sequence[str]
+    ) -> NamespaceBundles:
+        """Replace ``ns``'s boundaries with ``new_of(current)`` and end the ``gone`` leases,
+        all under the lock (the compare-and-set RedisStore's script does)."""
+        with self._lock:
+            nb = self._require_ns(ns)
+            if expected_version is not None and nb.version != expected_version:
+                raise Conflict(f"{ns}: version is {nb.version}, not {expected_version}")
+            new = new_of(nb)  # raises InvalidBundle when the bundle is gone or bad
+            for b in gone:
+                self._leases.pop(b, None)
+            self._namespaces[ns] = new
+            return new
+
+    def split_bundle(
+        self, bundle: str, boundaries: Sequence[int], expected_version: int | None = None
+    ) -> NamespaceBundles:
+        r = parse_bundle(bundle)
+        points = list(boundaries)
+        return self._reshape(
+            r.namespace, expected_version, lambda nb: nb.split(r, points), [r.name]
+        )
+
+    def merge_bundles(
+        self, first: str, second: str, expected_version: int | None = None
+    ) -> NamespaceBundles:
+        a, b = parse_bundle(first), parse_bundle(second)
+        return self._reshape(
+            a.namespace, expected_version, lambda nb: nb.merge(a, b), [a.name, b.name]
+        )
+
+    # -- leases ------------------------------------------------------------------------------
+    def _next_token(self) -> int:
+        self._fence += 1
+        return self._fence
+
+    def _live_lease(self, bundle: str, now_ms: int) -> Lease | None:
+        lease = self._leases.get(bundle)
+        return lease if lease is not None and lease.expires_at_ms > now_ms else None
+
+    def acquire(self, bundle: str, broker: str, now_ms: int, ttl_ms: int) -> Lease:
+        r = parse_bundle(bundle)
+        with self._lock:
+            nb = self._require_ns(r.namespace)
+            if not nb.contains(r):
+                raise InvalidInput("bundle", f"{bundle} is not a current bundle of {r.namespace}")
+            if not self._alive(broker, now_ms):
+                raise BrokerNotAlive("broker", f"broker {broker} is not registered or expired")
+            cur = self._live_lease(bundle, now_ms)
+            if cur is not None:
+                raise Conflict(f"{bundle} is owned by {cur.broker} (token {cur.token})")
+            lease = Lease(bundle, broker, self._next_token(), now_ms + ttl_ms)
+            self._leases[bundle] = lease
+            return lease
+
+    def renew_all(
+        self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
+    ) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        with self._lock:
+            for bundle in sorted(leases):
+                cur = self._live_lease(bundle, now_ms)
+                ok = cur is not None and cur.broker == broker and cur.token == leases[bundle]
+                if ok:
+                    self._leases[bundle] = Lease(bundle, broker, cur.token, now_ms + ttl_ms)
+                out[bundle] = ok
+        return out
+
+    def release(self, bundle: str, broker: str, token: int, now_ms: int) -> bool:
+        with self._lock:
+            cur = self._live_lease(bundle, now_ms)
+            if cur is None or cur.broker != broker or cur.token != token:
+                return False
+            del self._leases[bundle]
+            return True
+
+    def transfer(
+        self, bundle: str, from_broker: str, token: int, to_broker: str, now_ms: int, ttl_ms: int
+    ) -> Lease:
+        if from_broker == to_broker:
+            raise InvalidInput("destinationBroker", "destination is the source broker")
+        with self._lock:
+            cur = self._live_lease(bundle, now_ms)
+            if cur is None or cur.broker != from_broker or cur.token != token:
+                raise Conflict(f"{bundle}: {from_broker} with token {token} does not hold it")
+            if not self._alive(to_broker, now_ms):
+                raise BrokerNotAlive("broker", f"broker {to_broker} is not registered or expired")
+            lease = Lease(bundle, to_broker, self._next_token(), now_ms + ttl_ms)
+            self._leases[bundle] = lease
+            return lease
+
+    def owner(self, bundle: str, now_ms: int) -> Lease | None:
+        with self._lock:
+            return self._live_lease(bundle, now_ms)
+
+    def owners(self, ns: str, now_ms: int) -> dict[str, Lease]:
+        with self._lock:
+            nb = self._require_ns(ns)
+            out = {}
+            for b in nb.bundle_names:
+                lease = self._live_lease(b, now_ms)
+                if lease is not None:
+                    out[b] = lease
+            return out
+
+    def owned_by(self, broker: str, now_ms: int) -> dict[str, Lease]:
+        """The live leases one broker holds (what RedisStore keeps in ``P:owned:<broker>``)."""
+        with self._lock:
+            return {
+                b: lease
+                for b, lease in sorted(self._leases.items())
+                if lease.broker == broker and lease.expires_at_ms > now_ms
+            }
+
+    def sweep_expired(self, now_ms: int) -> list[Lease]:
+        with self._lock:
+            gone = [x for x in self._leases.values() if x.expires_at_ms <= now_ms]
+            for lease in gone:
+                del self._leases[lease.bundle]
+        return sorted(gone, key=lambda x: x.bundle)
+
+    # -- lookup ------------------------------------------------------------------------------
+    def lookup(self, topic: str, now_ms: int) -> tuple[str, Lease | None]:
+        ns = topic_namespace(topic)
+        with self._lock:
+            bundle = self._require_ns(ns).find_bundle(topic).name
+            return bundle, self._live_lease(bundle, now_ms)
+
+    def lookup_many(self, topics: Sequence[str], now_ms: int) -> list[tuple[str, Lease | None]]:
+        with self._lock:  # one consistent view, as RedisStore's pipelined reads aim for
+            return [self.lookup(t, now_ms) for t in topics]
