@@ -7,6 +7,13 @@ Pulsar's vocabulary (``Overloaded``, ``Underloaded``, ``Topics``, ``Sessions``, 
 
 Ids are deterministic: a SHA-256 over the cycle key and the decision's content, so replaying the
 same input batch yields the same ids and the controller can de-duplicate.
+
+``decode_decision`` is the controller's only gate for records from the decisions topic, so it
+refuses anything the applier or Redis could choke on (issue 6): the size limit before parsing,
+wrong types, numbers outside their range, bundle names outside the ring (kept in their canonical
+spelling), split boundaries that are not strictly inside the bundle, merges of bundles that are
+not adjacent in one namespace, strings with lone surrogates (redis-py and Kafka encode UTF-8
+strictly), and it cuts the ``field``/``reason`` of its errors to ``MAX_REASON_CHARS``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ MERGE = "merge"
 KINDS = (SPLIT, UNLOAD, TRANSFER, MERGE)
 
 DEFAULT_MAX_DECISION_BYTES = 65536
+MAX_REASON_CHARS = 300
+MAX_TIME_MS = 2**63 - 1
 
 Scalar = float | int | str | bool | None
 
@@ -177,17 +186,44 @@ def encode_decision(d: Decision) -> bytes:
     return json.dumps(decision_to_dict(d), separators=(",", ":"), sort_keys=True).encode()
 
 
+def _unicode_ok(v: str) -> bool:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _opt_str(doc: Mapping[str, Any], key: str) -> str | None:
     v = doc.get(key)
     if v is None:
         return None
     if not isinstance(v, str) or not v or len(v) > 1024:
         raise InvalidDecision(key, "must be a non-empty string of at most 1024 characters")
+    if not _unicode_ok(v):
+        raise InvalidDecision(key, "contains a lone surrogate (not valid Unicode)")
     return v
+
+
+def _cap(text: str) -> str:
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    return text[: MAX_REASON_CHARS - 15] + f"...(+{len(text) - MAX_REASON_CHARS + 15} chars)"
 
 
 def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_BYTES) -> Decision:
     """Parse and validate a decision record; raise ``InvalidDecision`` naming the field."""
+    if raw is None:
+        raise InvalidDecision("record", "empty record value")
+    try:
+        return _decode(raw, max_bytes)
+    except InvalidDecision as e:
+        if len(e.field) <= MAX_REASON_CHARS and len(e.reason) <= MAX_REASON_CHARS:
+            raise
+        raise InvalidDecision(_cap(e.field), _cap(e.reason)) from None
+
+
+def _decode(raw: bytes | str, max_bytes: int) -> Decision:
     if len(raw) > max_bytes:
         raise InvalidDecision("record", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
     try:
@@ -205,13 +241,19 @@ def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_B
     bundle = _opt_str(doc, "bundle")
     if bundle is None:
         raise InvalidDecision("bundle", "missing")
+    merge_bundle = _opt_str(doc, "mergeBundle")
     try:
-        parse_bundle(bundle)
-        merge_bundle = _opt_str(doc, "mergeBundle")
-        if merge_bundle is not None:
-            parse_bundle(merge_bundle)
+        rng = parse_bundle(bundle)
+        other = parse_bundle(merge_bundle) if merge_bundle is not None else None
     except InvalidInput as e:
         raise InvalidDecision(e.field, e.reason) from None
+    bundle = rng.name  # canonical spelling: Redis keys and events use exactly this name
+    if other is not None:
+        if other.namespace != rng.namespace:
+            raise InvalidDecision("mergeBundle", "must be in the same namespace as the bundle")
+        if not (other.lower == rng.upper or other.upper == rng.lower):
+            raise InvalidDecision("mergeBundle", "must be adjacent to the bundle (no overlap)")
+        merge_bundle = other.name
     raw_bounds = doc.get("splitBoundaries") or []
     if not isinstance(raw_bounds, list) or len(raw_bounds) > 1024:
         raise InvalidDecision("splitBoundaries", "must be a list of at most 1024 boundaries")
@@ -223,7 +265,11 @@ def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_B
             raise InvalidDecision("splitBoundaries", f"not a hex number: {b!r}") from None
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFFFFFF:
             raise InvalidDecision("splitBoundaries", f"outside the 32-bit ring: {b!r}")
+        if not rng.lower < v < rng.upper:
+            raise InvalidDecision("splitBoundaries", f"0x{v:08x} is not inside the bundle")
         bounds.append(v)
+    if len(set(bounds)) != len(bounds):
+        raise InvalidDecision("splitBoundaries", "boundaries repeat")
     if kind == SPLIT and not bounds:
         raise InvalidDecision("splitBoundaries", "a split needs at least one boundary")
     if kind == MERGE and merge_bundle is None:
@@ -235,13 +281,17 @@ def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_B
     for k, v in inputs.items():
         if not (v is None or isinstance(v, (str, int, float, bool))):
             raise InvalidDecision("inputs", f"value of {k!r} must be a scalar")
+        if not _unicode_ok(k) or (isinstance(v, str) and not _unicode_ok(v)):
+            raise InvalidDecision("inputs", "contains a lone surrogate (not valid Unicode)")
         clean[str(k)] = v
     decided = doc.get("decidedAtMs", 0)
-    if isinstance(decided, bool) or not isinstance(decided, int) or decided < 0:
-        raise InvalidDecision("decidedAtMs", "must be a non-negative integer")
+    if isinstance(decided, bool) or not isinstance(decided, int) or not 0 <= decided <= MAX_TIME_MS:
+        raise InvalidDecision("decidedAtMs", "must be an integer from 0 to 2^63-1")
     did = doc.get("id")
     if not isinstance(did, str) or not (8 <= len(did) <= 128):
         raise InvalidDecision("id", "must be a string of 8 to 128 characters")
+    if not did.isprintable() or not _unicode_ok(did):
+        raise InvalidDecision("id", "must be printable, valid Unicode")
     src = _opt_str(doc, "sourceBroker")
     dst = _opt_str(doc, "destinationBroker")
     if kind == TRANSFER and dst is None:
@@ -252,11 +302,16 @@ def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_B
     reason = doc.get("reason", "")
     strategy = doc.get("strategy", "")
     algo = doc.get("splitAlgorithm")
-    for name, val in (("cycle", cycle), ("reason", reason), ("strategy", strategy)):
+    for name, val in (
+        ("cycle", cycle),
+        ("reason", reason),
+        ("strategy", strategy),
+        ("splitAlgorithm", "" if algo is None else algo),
+    ):
         if not isinstance(val, str) or len(val) > 256:
             raise InvalidDecision(name, "must be a string of at most 256 characters")
-    if algo is not None and not isinstance(algo, str):
-        raise InvalidDecision("splitAlgorithm", "must be a string")
+        if not _unicode_ok(val):
+            raise InvalidDecision(name, "contains a lone surrogate (not valid Unicode)")
     return Decision(
         id=did,
         kind=kind,

@@ -5,6 +5,14 @@ Field names are Pulsar's (as written under ``/loadbalance/brokers/<broker>`` and
 is accepted as it is. Every rejection raises ``InvalidReport`` whose ``field`` names the JSON path
 and whose ``reason`` says what is wrong; the size limit is checked before parsing. ``encode_report``
 writes the same format, for the agent and the simulator.
+
+Hostile input (issue 6) is answered here, once, for the job and the tools alike: numbers must be
+finite, non-negative and below ``MAX_NUMBER`` (so sums and averages downstream stay finite), a
+usage above ``MAX_USAGE_OVER_LIMIT`` times its limit is a broken sensor, bundle names must lie
+inside the ring and must not overlap within one report (a broker cannot own both a bundle and a
+piece of it), strings must be valid Unicode (a lone surrogate escape would break Arrow and
+Kafka encoders later), and an error's ``field`` and ``reason`` are cut to ``MAX_REASON_CHARS`` so
+that a dead letter built from them stays small whatever the record held.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from loadbalance.bundles import parse_bundle
+from loadbalance.bundles import BundleRange, parse_bundle
 from loadbalance.errors import InvalidInput, InvalidReport
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 
@@ -24,6 +32,10 @@ MAX_BUNDLES_PER_REPORT = 100_000
 MAX_BROKER_ID_CHARS = 256
 # A reading above this multiple of its limit is a broken sensor, not an overload.
 MAX_USAGE_OVER_LIMIT = 10.0
+# Above 2^53 a float no longer holds every integer; no real rate, count or usage gets near it,
+# and the cap keeps sums of up to MAX_BUNDLES_PER_REPORT values finite.
+MAX_NUMBER = float(2**53)
+MAX_REASON_CHARS = 300
 
 _RESOURCES = (
     ("cpu", "cpu"),
@@ -60,17 +72,22 @@ _STATS_COUNTS = (
 def _number(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidReport(path, f"must be a number, got {type(value).__name__}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer literal beyond the float range
+        raise InvalidReport(path, "number out of range") from None
     if not math.isfinite(v):
         raise InvalidReport(path, "must be a finite number")
     if v < 0:
         raise InvalidReport(path, f"must not be negative, got {v:g}")
+    if v > MAX_NUMBER:
+        raise InvalidReport(path, f"implausibly large: {v:g} is above 2^53")
     return v
 
 
 def _count(value: Any, path: str) -> int:
     v = _number(value, path)
-    if v != int(v) or v > 2**53:
+    if v != int(v):
         raise InvalidReport(path, f"must be a whole number, got {v:g}")
     return int(v)
 
@@ -91,11 +108,40 @@ def _resource(doc: Any, path: str) -> ResourceUsage:
     return ResourceUsage(usage, limit)
 
 
-def _bundle_name(name: Any, path: str) -> str:
+def _cap(text: str) -> str:
+    """Cut a field path or reason so a dead letter built from it stays small."""
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    return text[: MAX_REASON_CHARS - 15] + f"...(+{len(text) - MAX_REASON_CHARS + 15} chars)"
+
+
+def _text(value: Any, path: str) -> str:
+    """A string field: must be a string of valid Unicode (no lone surrogate escapes)."""
+    if not isinstance(value, str):
+        raise InvalidReport(path, f"must be a string, got {type(value).__name__}")
     try:
-        return parse_bundle(name).name
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidReport(path, "contains a lone surrogate (not valid Unicode)") from None
+    return value
+
+
+def _bundle(name: Any, path: str) -> BundleRange:
+    if isinstance(name, str) and not name.isprintable():
+        raise InvalidReport(path, "bundle name contains unprintable characters")
+    try:
+        return parse_bundle(name)
     except InvalidInput as e:
         raise InvalidReport(path, e.reason) from None
+
+
+def _check_no_overlap(ranges: set[BundleRange]) -> None:
+    """Bundles of one namespace in one report must be disjoint ranges of the ring."""
+    previous: BundleRange | None = None
+    for r in sorted(ranges):
+        if previous is not None and previous.namespace == r.namespace and r.lower < previous.upper:
+            raise InvalidReport("bundles", f"{previous.name} and {r.name} overlap")
+        previous = r
 
 
 def _stats(doc: Any, path: str) -> NamespaceBundleStats:
@@ -131,14 +177,17 @@ def decode_report(
         raise InvalidReport("record", f"not valid JSON ({type(e).__name__})") from None
     if not isinstance(doc, dict):
         raise InvalidReport("record", f"must be a JSON object, got {type(doc).__name__}")
-    return report_from_dict(doc, broker_id)
+    try:
+        return report_from_dict(doc, broker_id)
+    except InvalidReport as e:
+        if len(e.field) <= MAX_REASON_CHARS and len(e.reason) <= MAX_REASON_CHARS:
+            raise
+        raise InvalidReport(_cap(e.field), _cap(e.reason)) from None
 
 
 def report_from_dict(doc: Mapping[str, Any], broker_id: str | None = None) -> LocalBrokerData:
     """Validate an already-parsed report document."""
-    web = doc.get("webServiceUrl") or ""
-    if not isinstance(web, str):
-        raise InvalidReport("webServiceUrl", "must be a string")
+    web = _text(doc.get("webServiceUrl") or "", "webServiceUrl")
     broker = broker_id or (_broker_from_url(web) if web else "")
     if not broker:
         raise InvalidReport("key", "no broker id: the record has no key and no webServiceUrl")
@@ -157,10 +206,12 @@ def report_from_dict(doc: Mapping[str, Any], broker_id: str | None = None) -> Lo
         raise InvalidReport("lastStats", "must be an object of bundle -> stats")
     if len(raw_stats) > MAX_BUNDLES_PER_REPORT:
         raise InvalidReport("lastStats", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
-    stats = {
-        _bundle_name(name, f"lastStats[{name!r}]"): _stats(s, f"lastStats[{name!r}]")
-        for name, s in raw_stats.items()
-    }
+    ranges: set[BundleRange] = set()
+    stats: dict[str, NamespaceBundleStats] = {}
+    for name, s in raw_stats.items():
+        r = _bundle(name, f"lastStats[{name!r}]")
+        ranges.add(r)
+        stats[r.name] = _stats(s, f"lastStats[{name!r}]")
     raw_bundles = doc.get("bundles")
     if raw_bundles is None:
         bundles = frozenset(stats)
@@ -169,14 +220,13 @@ def report_from_dict(doc: Mapping[str, Any], broker_id: str | None = None) -> Lo
             raise InvalidReport("bundles", "must be a list of bundle names")
         if len(raw_bundles) > MAX_BUNDLES_PER_REPORT:
             raise InvalidReport("bundles", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
-        bundles = frozenset(
-            _bundle_name(b, f"bundles[{i}]") for i, b in enumerate(raw_bundles)
-        ) | frozenset(stats)
+        listed = {_bundle(b, f"bundles[{i}]") for i, b in enumerate(raw_bundles)}
+        ranges |= listed
+        bundles = frozenset(r.name for r in listed) | frozenset(stats)
+    _check_no_overlap(ranges)
     last_update = _count(doc.get("lastUpdate", 0), "lastUpdate")
-    version = doc.get("brokerVersionString") or ""
-    pulsar_url = doc.get("pulsarServiceUrl") or ""
-    if not isinstance(version, str) or not isinstance(pulsar_url, str):
-        raise InvalidReport("brokerVersionString", "must be a string")
+    version = _text(doc.get("brokerVersionString") or "", "brokerVersionString")
+    pulsar_url = _text(doc.get("pulsarServiceUrl") or "", "pulsarServiceUrl")
     return LocalBrokerData(
         broker=broker,
         bundles=bundles,
