@@ -9,12 +9,18 @@ already has an outcome changes nothing: replaying the decisions topic is safe.
 
 Outcomes: ``applied``, ``already_satisfied``, ``conflict`` (a compare-and-set kept losing),
 ``rejected`` (with a reason: bundle gone, owner changed, broker gone), ``duplicate`` (the id was
-applied before; nothing is recorded again), and ``dry_run`` (what would happen).
+applied before; nothing changes, and the hash keeps the first outcome, but the stream gets a
+``duplicate`` entry so replays and a second controller are visible), and ``dry_run``.
+
+The Redis change and the outcome are two writes, so a crash can fall between them; the replay
+then finds the change already made and records ``already_satisfied``. ``fault_point`` lets the
+reliability suite (``tests/reliability``) kill the process exactly there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 from controller.redis_store import BrokerNotAlive, RedisStore
@@ -29,6 +35,20 @@ REJECTED = "rejected"
 DUPLICATE = "duplicate"
 DRY_RUN = "dry_run"
 OUTCOME_STREAM_MAXLEN = 100_000
+FAULT_POINT_ENV = "LBCTL_FAULT_POINT"
+
+
+def fault_point(name: str) -> None:
+    """Die at once (exit status 137, like SIGKILL) if ``$LBCTL_FAULT_POINT`` equals ``name``.
+
+    Why: "killed in the middle of applying a split" has to be hit deterministically by the
+    fault-injection tests, not by a lucky timer. ``os._exit`` runs no ``finally`` block, no
+    flush and no commit, as a real kill. Points: ``after-<kind>-script`` (the Redis change is
+    made, its outcome is not recorded) and ``after-outcome`` (recorded, offset not committed).
+    Unset, it costs one environment lookup per decision.
+    """
+    if os.environ.get(FAULT_POINT_ENV) == name:
+        os._exit(137)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +72,74 @@ def outcome_of(store: RedisStore, decision_id: str) -> Outcome | None:
     return Outcome(decision_id, doc["outcome"], doc.get("reason", ""))
 
 
+# KEYS: outcomes hash, outcome stream; ARGV: id, doc (JSON), stream maxlen, then the stream
+# entry's field/value pairs. The first real outcome of an id wins the hash (a dry run does not
+# count); a later one for the same id comes from a second controller that raced this one, and
+# goes to the stream only, as a conflict naming the outcome that won.
+_LUA_RECORD = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local first = ''
+if cur then
+  local prev = cjson.decode(cur)['outcome']
+  if prev ~= 'dry_run' then first = prev end
+end
+local entry = {}
+for i = 4, #ARGV do entry[#entry + 1] = ARGV[i] end
+if first == '' then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+else
+  entry[4] = 'conflict'
+  entry[#entry + 1] = 'race'
+  entry[#entry + 1] = first
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(entry))
+return first
+"""
+
+
+def _stream_entry(d: Decision, outcome: Outcome, now_ms: int) -> list[str]:
+    return ["id", d.id, "outcome", outcome.outcome, "reason", outcome.reason, "kind", d.kind,
+            "bundle", d.bundle, "atMs", str(now_ms)]  # fmt: skip
+
+
 def _record(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> Outcome:
+    """Record the outcome in the hash and the stream, atomically; report a lost race.
+
+    Why a script: two controllers run by mistake can both pass the de-duplication check for
+    the same decision; the hash keeps the first outcome (the loser's would otherwise overwrite
+    an ``applied`` with ``already_satisfied`` and hide who changed Redis), and the loser's
+    outcome is returned and streamed as ``conflict`` so the mistake is visible.
+    """
     doc = {"outcome": outcome.outcome, "reason": outcome.reason, "kind": d.kind,
            "bundle": d.bundle, "atMs": now_ms}  # fmt: skip
-    pipe = store.r.pipeline(transaction=True)
-    pipe.hset(_key(store, "outcomes"), d.id, json.dumps(doc))
-    pipe.xadd(
+    first = store.r.eval(
+        _LUA_RECORD,
+        2,
+        _key(store, "outcomes"),
         _key(store, "outcome-stream"),
-        {"id": d.id, **{k: str(v) for k, v in doc.items()}},
+        d.id,
+        json.dumps(doc),
+        OUTCOME_STREAM_MAXLEN,
+        *_stream_entry(d, outcome, now_ms),
+    )
+    if first:
+        won = first.decode() if isinstance(first, bytes) else str(first)
+        return Outcome(
+            d.id, CONFLICT, f"raced with another controller, which recorded {won}; "
+            f"this one found {outcome.outcome} {outcome.reason}".rstrip()
+        )  # fmt: skip
+    return outcome
+
+
+def _report_duplicate(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> None:
+    """Stream (never hash) a duplicate, so a replay or a second controller shows in the tail."""
+    fields = _stream_entry(d, outcome, now_ms)
+    store.r.xadd(
+        _key(store, "outcome-stream"),
+        dict(zip(fields[::2], fields[1::2], strict=True)),
         maxlen=OUTCOME_STREAM_MAXLEN,
         approximate=True,
     )
-    pipe.execute()
-    return outcome
 
 
 def apply_decision(
@@ -73,7 +148,9 @@ def apply_decision(
     """Apply one decision and record its outcome (see the module docstring)."""
     previous = outcome_of(store, d.id)
     if previous is not None and previous.outcome != DRY_RUN:
-        return Outcome(d.id, DUPLICATE, f"already {previous.outcome}")
+        duplicate = Outcome(d.id, DUPLICATE, f"already {previous.outcome}")
+        _report_duplicate(store, d, duplicate, now_ms)
+        return duplicate
     try:
         outcome = _apply(store, d, now_ms, lease_ttl_ms, dry_run)
     except Conflict as e:
@@ -82,7 +159,11 @@ def apply_decision(
         outcome = Outcome(d.id, REJECTED, f"broker gone: {e.reason}")
     except InvalidInput as e:
         outcome = Outcome(d.id, REJECTED, str(e))
-    return _record(store, d, outcome, now_ms)
+    if outcome.outcome == APPLIED:
+        fault_point(f"after-{d.kind}-script")
+    recorded = _record(store, d, outcome, now_ms)
+    fault_point("after-outcome")
+    return recorded
 
 
 def _apply(store: RedisStore, d: Decision, now_ms: int, ttl_ms: int, dry_run: bool) -> Outcome:
