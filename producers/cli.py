@@ -3,17 +3,28 @@
 ``bench balance`` runs the balance-quality scoreboard (``producers.scoreboard``) and writes its
 JSON, Markdown and PNG files; ``simulate --fast`` plays one scenario in fast mode under one
 strategy pair and prints one line per cycle, so a user can watch a policy work on one case.
-The live mode (reports through Kafka, ownership in Redis) plugs in beside ``--fast``.
+
+``simulate`` without ``--fast`` is the live mode (``producers.live_sim``): the same world
+publishes real load reports to Kafka and serves what Redis says each broker owns, for the
+streaming job and the controller to balance. ``lbctl run`` starts it as a child process as
+``lbctl simulate SCENARIO --bootstrap-servers B --redis-url R --cycle-seconds S [--cycles N]
+[--seed N] [--set k=v ...]``; keep that command line stable. It runs until SIGINT/SIGTERM (or
+``--cycles``) and exits 0 after a clean stop.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from lbctl.config_cmd import add_config_arguments
+from loadbalance.config import ConfigError, LoadBalancerConfig, load_config
 from loadbalance.errors import InvalidInput
 
 DEFAULT_OUT = Path(".lbctl/bench")
@@ -51,15 +62,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim = subparsers.add_parser(
         "simulate",
         help="run the closed-loop cluster simulator on one scenario",
-        description="Play one scenario; --fast runs it in process with virtual time.",
+        description="Play one scenario. Live (default): publish the simulated brokers' load "
+        "reports to Kafka, stamped with virtual time (start + cycle x tick), and follow bundle "
+        "ownership in Redis (leases renewed against the wall clock), one cycle every "
+        "--cycle-seconds, until SIGINT/SIGTERM or --cycles. --fast: the same scenario in "
+        "process, in virtual time, with the policy run in memory.",
     )
     sim.add_argument("scenario", help="bundled scenario name or path to a scenario JSON file")
     sim.add_argument("--fast", action="store_true", help="fast mode: in-memory, virtual time")
-    sim.add_argument("--pair", default="ours", help="strategy pair key (default: ours)")
-    sim.add_argument("--cycles", type=int, default=None, help="cycles (default: scenario's)")
+    sim.add_argument(
+        "--pair",
+        default=None,
+        help="strategy pair key (fast default: ours; live: only its placement knobs matter, "
+        "for lookups, and only when given)",
+    )
+    sim.add_argument(
+        "--cycles",
+        type=int,
+        default=None,
+        help="cycles (default: fast, the scenario's; live, until stopped)",
+    )
     sim.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     sim.add_argument("--json", action="store_true", help="one JSON object per cycle")
+    sim.add_argument(
+        "--bootstrap-servers",
+        default="",
+        help="live: Kafka bootstrap servers (default: kafkaBootstrapServers)",
+    )
+    sim.add_argument("--redis-url", default="", help="live: Redis URL (default: redisUrl)")
+    sim.add_argument(
+        "--cycle-seconds",
+        type=float,
+        default=2.0,
+        help="live: wall seconds per cycle, i.e. per virtual tick (default 2)",
+    )
+    add_config_arguments(sim)
+    _add_metrics_arguments(sim)
     sim.set_defaults(func=run_simulate)
+
+
+def _add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    try:
+        from lbctl import metrics
+    except ImportError:  # metrics module not in this build: no endpoint
+        parser.add_argument("--metrics-port", type=int, default=None, help=argparse.SUPPRESS)
+        return
+    metrics.add_metrics_argument(parser)
 
 
 def run_bench_balance(args: argparse.Namespace) -> int:
@@ -103,18 +151,14 @@ def run_bench_balance(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     if not args.fast:
-        print(
-            "lbctl simulate: only --fast is available in this build (live mode lands later)",
-            file=sys.stderr,
-        )
-        return 2
+        return run_simulate_live(args)
     from producers import scoreboard
     from producers.fast_sim import FastSim, make_config
     from producers.scenarios import load_scenario
 
     try:
         scenario = load_scenario(args.scenario, args.seed)
-        pair = scoreboard.PAIRS[args.pair]
+        pair = scoreboard.PAIRS[args.pair or scoreboard.OUR_PAIR_KEY]
     except InvalidInput as e:
         print(f"lbctl simulate: {e}", file=sys.stderr)
         return 2
@@ -148,4 +192,124 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(json.dumps({"summary": scoreboard.score_dict(score)}, sort_keys=True))
     else:
         print(scoreboard.to_text([score]), end="")
+    return 0
+
+
+def _live_config(args: argparse.Namespace, scenario_knobs: dict[str, Any]) -> LoadBalancerConfig:
+    """Defaults < --config file < LB_* environment < the scenario's knobs < --pair < --set.
+
+    The scenario's and the pair's knobs sit above the file because they are what the scenario
+    is about; the user's ``--set`` still wins. Raises ``ConfigError``.
+    """
+    conf_text = None
+    if args.config is not None:
+        try:
+            conf_text = Path(args.config).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError("--config", f"cannot read {args.config}: {e.strerror}") from None
+    explicit: dict[str, str] = {}
+    for pair in args.set or []:
+        if "=" not in pair:
+            raise ConfigError(pair, "expected KNOB=VALUE")
+        k, v = pair.split("=", 1)
+        explicit[k.strip()] = v.strip()
+    overrides = {**scenario_knobs, **explicit}
+    config, warnings = load_config(conf_text=conf_text, env=os.environ, overrides=overrides)
+    for w in warnings:
+        print(f"lbctl: warning: {w}", file=sys.stderr)
+    return config
+
+
+def _export_metrics(result: Any) -> None:
+    """Per-broker usage gauges (percent, Pulsar's names) and the simulator counters."""
+    from lbctl import metrics
+
+    for broker, r in result.reports.items():
+        metrics.set_broker_usage(
+            broker,
+            cpu=r.cpu.percent_usage(),
+            memory=r.memory.percent_usage(),
+            direct_memory=r.direct_memory.percent_usage(),
+            bandwidth_in=r.bandwidth_in.percent_usage(),
+            bandwidth_out=r.bandwidth_out.percent_usage(),
+        )
+    metrics.forget_brokers(result.reports)
+    metrics.SIMULATOR_CYCLES.inc()
+    metrics.SIMULATOR_REPORTS_PUBLISHED.inc(result.published)
+
+
+def run_simulate_live(args: argparse.Namespace) -> int:
+    """``lbctl simulate SCENARIO``: the live simulator until SIGINT/SIGTERM or ``--cycles``."""
+    from controller.redis_store import RedisStore
+    from infra.topics import ensure_topics
+    from producers import scoreboard
+    from producers.agent_cli import _kafka_security
+    from producers.live_sim import LiveSim, TimestampedReportPublisher
+    from producers.scenarios import load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario, args.seed)
+        knobs = dict(scenario.config)
+        if args.pair is not None:
+            knobs.update(scoreboard.PAIRS[args.pair].overrides)
+        config = _live_config(args, knobs)
+    except (InvalidInput, ConfigError) as e:
+        print(f"lbctl simulate: {e}", file=sys.stderr)
+        return 2
+    except KeyError:
+        print(f"lbctl simulate: unknown pair {args.pair!r}; use {', '.join(scoreboard.PAIRS)}")
+        return 2
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    redis_url = args.redis_url or config.redis_url
+    if not bootstrap or not redis_url:
+        print(
+            "lbctl simulate: live mode needs --bootstrap-servers and --redis-url (or "
+            "kafkaBootstrapServers/redisUrl; 'lbctl infra up' starts embedded ones), or --fast",
+            file=sys.stderr,
+        )
+        return 2
+    if args.cycle_seconds < 0:
+        print("lbctl simulate: --cycle-seconds must be >= 0", file=sys.stderr)
+        return 2
+    security = _kafka_security(config)
+    ensure_topics(bootstrap, {config.load_reports_topic: config.topic_partitions}, security)
+    auth = {"username": config.redis_username, "password": config.redis_password}
+    store = RedisStore.from_url(
+        redis_url, prefix=config.redis_key_prefix, **{k: v for k, v in auth.items() if v}
+    )
+    publisher = TimestampedReportPublisher(bootstrap, config.load_reports_topic, security)
+    sim = LiveSim(scenario, config, store, publisher, seed=args.seed)
+    metrics_on = False
+    if getattr(args, "metrics_port", None) is not None:
+        from lbctl import metrics
+
+        port = metrics.serve_from_args(args)
+        metrics_on = port is not None
+        print(f"metrics on port {port}", file=sys.stderr, flush=True)
+
+    def on_cycle(result: Any) -> None:
+        if metrics_on:
+            _export_metrics(result)
+        if args.json:
+            print(json.dumps(result.to_json(), sort_keys=True), flush=True)
+        else:
+            print(result.line(), flush=True)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, lambda _s, _f: sim.stop())
+    t0 = time.monotonic()
+    try:
+        done = sim.run(args.cycles, args.cycle_seconds, on_cycle)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        publisher.close()
+        store.r.close()
+    print(
+        f"lbctl simulate: {scenario.name} stopped after {done} cycles "
+        f"({time.monotonic() - t0:.1f} s wall, virtual {done * scenario.tick_ms // 1000} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     return 0

@@ -1,0 +1,375 @@
+"""Live mode: the simulated cluster publishes real reports to Kafka and follows Redis ownership.
+
+Fast mode (``producers.fast_sim``) keeps ownership in memory and runs the policy itself. Live mode
+is the same world (``producers.sim_model`` with the same scenario, seed and RNG stream) plugged
+into the product instead: the Spark job reads the reports it publishes, the controller applies
+the job's decisions to Redis, and the simulated brokers serve exactly what Redis says they own,
+so a transfer applied in Redis shows up in the next cycle's reports (DESIGN.md §2: the loop is
+closed).
+
+Three clocks, on purpose:
+
+* **Model time** = ``cycle x tick`` (from 0), exactly as in fast mode, so diurnal waves, bursts
+  and every random draw line up with a fast run of the same scenario and seed.
+* **Virtual time** = ``start_ms + cycle x tick``: the Kafka record timestamp and ``lastUpdate``
+  of every report. The streaming job takes ``now_ms`` from the newest record timestamp, never
+  the wall clock, so the policy knobs written in minutes (shedding interval, grace period,
+  history) work at demo speed: with the default one-minute tick and ``--cycle-seconds 2``, a
+  virtual minute passes every 2 s of wall time.
+* **Wall time** (``clock``): leases, broker registrations and lookups in Redis. The controller,
+  its lease sweep and the admin verbs judge leases against the wall clock, so the simulated
+  brokers must renew against it too. Hence a crash takes ``loadBalancerOwnershipLeaseTtlSeconds``
+  of *wall* time (15 cycles at 2 s) to free the bundles, where fast mode frees them after one
+  cycle's worth of virtual time.
+
+One cycle, in fast mode's order:
+
+1. Scenario events: a join registers the broker (it reports from now on); a graceful leave
+   releases its leases (fenced by token) and ends its registration; a crash only stops the
+   broker, which then neither reports nor renews, so its leases expire in Redis and the
+   controller's sweep (or the next lookup) reassigns; a restart is a leave and a later join.
+2. Namespace boundaries and live leases are read from Redis (never from memory: a split or a
+   transfer applied by the controller is what the next reports show).
+3. Every unowned bundle with topics is looked up through ``controller.placement.lookup_and_assign``
+   with one of its topics, as a Pulsar client's lookup assigns a free bundle.
+4. ``sim_model.reports_at`` computes the reports for exactly the bundles each live broker owns
+   in Redis; each is published as ``LocalBrokerData`` JSON keyed by broker id, stamped with the
+   cycle's virtual time.
+5. Every live broker heartbeats its registration and renews its leases (``LeaseKeeper``, the
+   broker agent's piece, fenced by token).
+
+``run`` paces cycles to ``cycle_seconds`` of wall time and returns promptly after ``stop()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from controller.placement import lookup_and_assign
+from controller.redis_store import Lease, RedisStore
+from loadbalance.bundles import NamespaceBundles, bundle_namespace
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import weights_from_config
+from loadbalance.errors import Conflict, InvalidInput, Transient
+from loadbalance.model import LocalBrokerData
+from loadbalance.report_codec import encode_report
+from producers.agent import KafkaReportPublisher, LeaseKeeper, wall_clock_ms
+from producers.fast_sim import _CRASH, _DOWN, _UP
+from producers.fast_sim import _schedule as event_schedule
+from producers.scenarios import Scenario, initial_owners
+from producers.sim_model import reports_at
+
+log = logging.getLogger(__name__)
+
+
+class TimestampedReportPublisher(KafkaReportPublisher):
+    """The agent's Kafka publisher, plus one call that writes a cycle's reports with an explicit
+    record timestamp (the virtual time) and waits for all of them at once."""
+
+    def publish_all(self, reports: Sequence[tuple[str, bytes]], timestamp_ms: int) -> None:
+        self._errors.clear()
+        try:
+            for broker_id, payload in reports:
+                self._producer.produce(
+                    self.topic,
+                    key=broker_id.encode(),
+                    value=payload,
+                    timestamp=timestamp_ms,
+                    on_delivery=self._on_delivery,
+                )
+        except BufferError as e:
+            raise Transient(f"producer queue full: {e}") from None
+        remaining = self._producer.flush(self.flush_timeout_s)
+        if remaining or self._errors:
+            detail = "; ".join(self._errors) or f"{remaining} still queued"
+            raise Transient(f"reports not delivered to {self.topic}: {detail}")
+
+
+@dataclass(frozen=True)
+class LiveCycle:
+    """What one live cycle did; ``line()`` is the progress line, ``to_json()`` the JSON row."""
+
+    cycle: int
+    virtual_ms: int
+    wall_ms: int
+    brokers: tuple[str, ...]
+    bundles: int
+    owned: int
+    assigned: int
+    published: int
+    events: tuple[str, ...]
+    usage: Mapping[str, float]
+    reports: Mapping[str, LocalBrokerData]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cycle": self.cycle,
+            "virtualMs": self.virtual_ms,
+            "wallMs": self.wall_ms,
+            "brokers": list(self.brokers),
+            "bundles": self.bundles,
+            "ownedBundles": self.owned,
+            "assigned": self.assigned,
+            "reportsPublished": self.published,
+            "events": list(self.events),
+            "usage": dict(self.usage),
+        }
+
+    def line(self) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.virtual_ms / 1000))
+        values = list(self.usage.values())
+        peak = max(values, default=0.0) * 100
+        mean = (sum(values) / len(values) * 100) if values else 0.0
+        extra = f"  lookups {self.assigned}" if self.assigned else ""
+        extra += f"  events {','.join(self.events)}" if self.events else ""
+        return (
+            f"cycle {self.cycle:4d}  virtual {stamp}  brokers {len(self.brokers):2d}  "
+            f"owned {self.owned:4d}/{self.bundles:<4d}  reports {self.published:2d}  "
+            f"max {peak:5.1f}%  mean {mean:5.1f}%{extra}"
+        )
+
+
+class LiveSim:
+    """One scenario played against real Kafka and Redis; ``tick(c)`` is one cycle."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        config: LoadBalancerConfig,
+        store: RedisStore,
+        publisher: TimestampedReportPublisher,
+        *,
+        seed: int = 0,
+        start_ms: int | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.scenario = scenario
+        self.config = config
+        self.store = store
+        self.publisher = publisher
+        self.seed = seed
+        self.clock = clock
+        self.tick_ms = scenario.tick_ms
+        self.start_ms = clock() if start_ms is None else start_ms
+        # Same RNG stream as FastSim: initial_owners first (it draws for a random assignment),
+        # then reports_at once per cycle.
+        self.rng = random.Random(seed)
+        self.initial = initial_owners(scenario, self.rng)
+        self.schedule = event_schedule(scenario, 1)  # its "expire" entries are Redis' job here
+        self.live: set[str] = set(scenario.initial_brokers)
+        self.lease_ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
+        self.registration_ttl_ms = int(config.load_balancer_broker_registration_ttl_seconds * 1000)
+        self.weights = weights_from_config(config)
+        self._keepers: dict[str, LeaseKeeper] = {}
+        self._probe = self._topics_by_bundle_index()
+        self._stop = threading.Event()
+        self.cycles_done = 0
+        self.last: LiveCycle | None = None
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def virtual_ms(self, cycle: int) -> int:
+        return self.start_ms + cycle * self.tick_ms
+
+    def _keeper(self, broker: str) -> LeaseKeeper:
+        keeper = self._keepers.get(broker)
+        if keeper is None:
+            info = {"simulated": True, "webServiceUrl": f"http://{broker}:8080"}
+            keeper = LeaseKeeper(
+                self.store, broker, self.registration_ttl_ms, self.lease_ttl_ms, info
+            )
+            self._keepers[broker] = keeper
+        return keeper
+
+    def _register(self, broker: str, now_ms: int) -> None:
+        k = self._keeper(broker)
+        self.store.register_broker(broker, now_ms, self.registration_ttl_ms, k.info)
+
+    def _topics_by_bundle_index(self) -> dict[str, list[tuple[int, str]]]:
+        """(hash, topic name) per namespace, sorted: a lookup needs one topic of a bundle."""
+        return {
+            ns: sorted((t.hash, t.name) for t in traffic.topics)
+            for ns, traffic in self.scenario.model.traffic.items()
+        }
+
+    def namespaces(self) -> dict[str, NamespaceBundles]:
+        """The scenario's namespaces as Redis has them now (splits and merges included)."""
+        out: dict[str, NamespaceBundles] = {}
+        for ns in sorted(self.scenario.namespaces):
+            nb = self.store.get_namespace(ns)
+            if nb is not None:
+                out[ns] = nb
+        return out
+
+    def leases(self, namespaces: Mapping[str, NamespaceBundles], now_ms: int) -> dict[str, Lease]:
+        out: dict[str, Lease] = {}
+        for ns in sorted(namespaces):
+            try:
+                out.update(self.store.owners(ns, now_ms))
+            except InvalidInput:  # deleted between the two reads
+                continue
+        return out
+
+    # --- setup and events ----------------------------------------------------------------------
+
+    def setup(self) -> int:
+        """Create the namespaces (equal split) if absent, register the initial brokers and acquire
+        the scenario's initial ownership for bundles nobody owns; returns the leases acquired."""
+        now_ms = self.clock()
+        for ns, nb in sorted(self.scenario.namespaces.items()):
+            self.store.create_namespace(ns, len(nb), exist_ok=True)
+        for broker in sorted(self.live):
+            self._register(broker, now_ms)
+        namespaces = self.namespaces()
+        owned = self.leases(namespaces, now_ms)
+        acquired = 0
+        for bundle, broker in sorted(self.initial.items()):
+            ns = namespaces.get(bundle_namespace(bundle))
+            if bundle in owned or broker not in self.live or ns is None or not ns.contains(bundle):
+                continue
+            try:
+                self.store.acquire(bundle, broker, now_ms, self.lease_ttl_ms)
+                acquired += 1
+            except Conflict:  # taken meanwhile by someone else: that owner stands
+                continue
+        return acquired
+
+    def _apply_events(self, cycle: int, now_ms: int) -> list[str]:
+        done: list[str] = []
+        for action, name in self.schedule.get(cycle, ()):
+            if action == _UP:
+                self.live.add(name)
+                self._register(name, now_ms)
+            elif action == _DOWN and name in self.live:
+                self.live.discard(name)
+                self._release_all(name, now_ms)
+                # a heartbeat with a zero TTL ends the registration: gone, not just silent
+                self.store.register_broker(name, now_ms, 0)
+            elif action == _CRASH:
+                self.live.discard(name)  # no release, no renewal: the leases run out in Redis
+            else:
+                continue
+            done.append(f"{action}:{name}")
+        return done
+
+    def _release_all(self, broker: str, now_ms: int) -> None:
+        for lease in self.leases(self.namespaces(), now_ms).values():
+            if lease.broker == broker:
+                self.store.release(lease.bundle, broker, lease.token, now_ms)
+
+    # --- one cycle -----------------------------------------------------------------------------
+
+    def _lookups(
+        self, namespaces: Mapping[str, NamespaceBundles], leases: dict[str, Lease], now_ms: int
+    ) -> int:
+        """Look up every unowned bundle that has topics (Pulsar assigns on lookup)."""
+        assigned = 0
+        for ns_name, nb in namespaces.items():
+            base = self.scenario.model.bundle_base(nb)
+            wanted = {b for b, agg in base.items() if agg.topics > 0 and b not in leases}
+            if not wanted:
+                continue
+            probes: dict[str, str] = {}
+            names = nb.bundle_names
+            for h, topic in self._probe.get(ns_name, ()):
+                name = names[nb.find_index(h)]
+                if name in wanted:
+                    probes.setdefault(name, topic)
+            for bundle in sorted(probes):
+                try:
+                    found, lease = lookup_and_assign(
+                        self.store, probes[bundle], self.config, now_ms
+                    )
+                except (Conflict, InvalidInput) as e:
+                    log.warning("lookup of %s failed: %s", bundle, e)
+                    continue
+                if lease is not None:
+                    leases[found] = lease
+                    assigned += 1
+        return assigned
+
+    def tick(self, cycle: int) -> LiveCycle:
+        """Play cycle ``cycle``: events, Redis reads, lookups, reports to Kafka, renewals."""
+        now_ms = self.clock()
+        virtual_ms = self.virtual_ms(cycle)
+        events = self._apply_events(cycle, now_ms)
+        namespaces = self.namespaces()
+        leases = self.leases(namespaces, now_ms)
+        assigned = self._lookups(namespaces, leases, now_ms)
+        owners = {b: lease.broker for b, lease in leases.items()}
+        live = sorted(self.live)
+        model_reports, _ = reports_at(
+            self.scenario.model, namespaces, owners, live, cycle * self.tick_ms, self.rng
+        )
+        reports = {b: replace(r, last_update_ms=virtual_ms) for b, r in model_reports.items()}
+        published = 0
+        try:
+            self.publisher.publish_all(
+                [(b, encode_report(reports[b])) for b in sorted(reports)], virtual_ms
+            )
+            published = len(reports)
+        except Transient as e:
+            log.warning("cycle %d: %s", cycle, e)
+        for broker in live:
+            try:
+                renewed = self._keeper(broker).heartbeat(reports[broker].bundles, now_ms)
+            except Exception as e:  # Redis hiccup: the next cycle renews well within the TTL
+                log.warning("cycle %d: heartbeat of %s failed: %s", cycle, broker, e)
+                continue
+            lost = sorted(b for b, ok in renewed.items() if not ok)
+            if lost:
+                log.info("%s lost %d leases to another owner", broker, len(lost))
+        self.cycles_done = cycle + 1
+        self.last = LiveCycle(
+            cycle=cycle,
+            virtual_ms=virtual_ms,
+            wall_ms=now_ms,
+            brokers=tuple(live),
+            bundles=sum(len(nb) for nb in namespaces.values()),
+            owned=sum(1 for b in owners.values() if b in self.live),
+            assigned=assigned,
+            published=published,
+            events=tuple(events),
+            usage={b: self.weights.weighted_max(r) for b, r in reports.items()},
+            reports=reports,
+        )
+        return self.last
+
+    # --- the paced loop ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the current cycle (safe from a signal handler)."""
+        self._stop.set()
+
+    def run(
+        self,
+        cycles: int | None = None,
+        cycle_seconds: float = 2.0,
+        on_cycle: Callable[[LiveCycle], None] | None = None,
+    ) -> int:
+        """``setup()``, then one cycle every ``cycle_seconds`` of wall time until ``cycles`` are
+        done or ``stop()``; a cycle that overruns starts the next at once, without catching up
+        in a burst. Returns the number of cycles played."""
+        self.setup()
+        cycle = 0
+        next_at = time.monotonic()
+        while not self._stop.is_set() and (cycles is None or cycle < cycles):
+            result = self.tick(cycle)
+            cycle += 1
+            if on_cycle is not None:
+                on_cycle(result)
+            if cycles is not None and cycle >= cycles:
+                break
+            next_at += cycle_seconds
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+            else:
+                next_at = time.monotonic()
+        return cycle
