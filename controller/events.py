@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Mapping
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from infra.topics import kafka_client_config
 from loadbalance.errors import Transient
+
+log = logging.getLogger("lbctl.events")
 
 EVENT_SCHEMA_VERSION = 1
 
@@ -143,6 +147,39 @@ class EventPublisher:
         if remaining or failed:
             detail = failed[0] if failed else f"{remaining} events still queued"
             raise Transient(f"ownership events not delivered to {self.topic}: {detail}")
+
+    def deliver(
+        self,
+        events: Sequence[OwnershipEvent],
+        *,
+        attempts: int | None = 5,
+        backoff_s: float = 1.0,
+        flush_timeout_s: float = 10.0,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> int:
+        """Publish ``events`` and wait until Kafka has every one; return how many.
+
+        A failed flush re-publishes all of them after ``backoff_s`` (doubling up to 30 s):
+        duplicates are harmless to readers that de-duplicate as the module docstring says, a
+        lost event is not. Gives up with ``Transient`` after ``attempts`` tries (``None``: until
+        ``should_stop()`` says so), so the caller does not commit what it could not announce.
+        """
+        if not events:
+            return 0
+        tries = 0
+        delay = backoff_s
+        while True:
+            tries += 1
+            self.publish(events)
+            try:
+                self.flush(flush_timeout_s)
+                return len(events)
+            except Transient as e:
+                if (attempts is not None and tries >= attempts) or should_stop():
+                    raise
+                log.warning("retrying %d ownership events in %.1f s: %s", len(events), delay, e)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Best-effort final flush at shutdown: a failure here is swallowed, not raised."""

@@ -4,8 +4,15 @@ At-least-once consumption made exactly-once in effect: the consumer group commit
 offset only after the decision's outcome is recorded in Redis, and the applier de-duplicates by
 decision id, so a crash between the two replays the record harmlessly. A record that cannot be
 decoded gets a ``rejected`` outcome keyed by its coordinates (topic/partition/offset), never a
-crash. Every applied ownership change is published to the ownership-events topic, keyed by
-bundle (as Pulsar's service-unit state channel lets other systems follow ownership).
+crash. Every applied ownership change is published to the ownership-events topic as an
+``OwnershipEvent`` keyed by bundle, with the old and new owner and their fencing tokens (as
+Pulsar's service-unit state channel lets other systems follow ownership), and so is every lease
+the periodic sweep finds expired and every bundle it places again. A record's offset is
+committed only after its events are flushed to Kafka.
+
+Known gap: if the process dies after the Redis change and before the events are flushed, the
+replayed decision is a ``duplicate`` (or ``already_satisfied``) and its events are not sent
+again; the sweep and lookups keep publishing later changes, and Redis stays the truth.
 
 Consumer settings follow DESIGN.md §6: ``session.timeout.ms=6000`` and
 ``max.poll.interval.ms=10000`` keep a group join on the embedded broker to a few seconds.
@@ -19,20 +26,32 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError
 
 from controller.apply import APPLIED, REJECTED, Outcome, apply_decision
+from controller.events import (
+    ASSIGNED,
+    MERGED,
+    RELEASED,
+    TRANSFERRED,
+    EventPublisher,
+    OwnershipEvent,
+)
+from controller.events import (
+    SPLIT as SPLIT_EVENT,
+)
 from controller.placement import sweep_and_reassign
-from controller.redis_store import RedisStore
+from controller.redis_store import Lease, RedisStore
+from lbctl import metrics
+from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision, decode_decision
 from loadbalance.errors import InvalidDecision
 
 log = logging.getLogger("lbctl.control")
-
-EVENT_NAMES = {UNLOAD: "released", TRANSFER: "transferred", SPLIT: "split", MERGE: "merged"}
 
 
 @dataclass
@@ -43,20 +62,69 @@ class LoopStats:
     applied: int = 0
     rejected: int = 0
     other: int = 0
+    events: int = 0
+    sweeps: int = 0
+    expired: int = 0
 
 
-def ownership_event(d: Decision, outcome: Outcome, now_ms: int) -> dict[str, Any]:
-    return {
-        "event": EVENT_NAMES.get(d.kind, d.kind),
-        "bundle": d.bundle,
-        "sourceBroker": d.source_broker,
-        "destinationBroker": d.destination_broker,
-        "splitBoundaries": [f"0x{b:08x}" for b in d.split_boundaries],
-        "mergeBundle": d.merge_bundle,
-        "decisionId": d.id,
-        "outcome": outcome.outcome,
-        "atMs": now_ms,
-    }
+def _bundles_of(d: Decision) -> list[str]:
+    return [d.bundle, d.merge_bundle] if d.kind == MERGE and d.merge_bundle else [d.bundle]
+
+
+def decision_events(
+    store: RedisStore, d: Decision, before: dict[str, Lease | None], now_ms: int
+) -> list[OwnershipEvent]:
+    """The ownership events of an *applied* decision.
+
+    ``before`` holds the leases read just before applying; the new lease of a transfer is read
+    after. A transfer of a free bundle is an ``assigned`` event; a merge gives one ``merged``
+    event per bundle that ended (each keyed by its own bundle, so a compacted topic forgets
+    both), with the merged bundle as the only child.
+    """
+
+    def ev(kind: str, bundle: str, **kw: Any) -> OwnershipEvent:
+        old = before.get(bundle)
+        return OwnershipEvent(
+            kind,
+            bundle,
+            now_ms,
+            old_owner=old.broker if old else None,
+            old_token=old.token if old else None,
+            decision_id=d.id,
+            reason=d.reason,
+            **kw,
+        )
+
+    if d.kind == UNLOAD:
+        return [ev(RELEASED, d.bundle)]
+    if d.kind == TRANSFER:
+        new = store.owner(d.bundle, now_ms)
+        kind = TRANSFERRED if before.get(d.bundle) else ASSIGNED
+        return [
+            ev(kind, d.bundle, new_owner=new.broker if new else d.destination_broker,
+               new_token=new.token if new else None)
+        ]  # fmt: skip
+    if d.kind == SPLIT:
+        r = parse_bundle(d.bundle)
+        points = [r.lower, *sorted(set(d.split_boundaries)), r.upper]
+        children = tuple(f"{r.namespace}/{format_range(a, b)}" for a, b in pairwise(points))
+        return [ev(SPLIT_EVENT, d.bundle, children=children)]
+    if d.kind == MERGE:
+        a, b = parse_bundle(d.bundle), parse_bundle(d.merge_bundle or "")
+        merged = f"{a.namespace}/{format_range(min(a.lower, b.lower), max(a.upper, b.upper))}"
+        return [ev(MERGED, x, children=(merged,)) for x in _bundles_of(d)]
+    return []
+
+
+def apply_with_events(
+    store: RedisStore, d: Decision, *, now_ms: int, lease_ttl_ms: int, dry_run: bool = False
+) -> tuple[Outcome, list[OwnershipEvent]]:
+    """``apply_decision``, plus the events to publish when it was applied (see above)."""
+    before = {} if dry_run else {b: store.owner(b, now_ms) for b in _bundles_of(d)}
+    outcome = apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run)
+    if outcome.outcome != APPLIED:
+        return outcome, []
+    return outcome, decision_events(store, d, before, now_ms)
 
 
 def run_loop(
@@ -74,8 +142,14 @@ def run_loop(
     clock: Callable[[], int] = lambda: int(time.time() * 1000),
     config: LoadBalancerConfig | None = None,
     sweep_interval_s: float = 5.0,
+    publisher: EventPublisher | None = None,
 ) -> LoopStats:
-    """Consume until stopped, ``max_messages`` records, or ``idle_timeout_s`` without one."""
+    """Consume until stopped, ``max_messages`` records, or ``idle_timeout_s`` without one.
+
+    With ``config``, expired leases are swept (and their bundles placed again) every
+    ``sweep_interval_s``. ``publisher`` defaults to one on ``events_topic`` over
+    ``client_config``; the loop closes only a publisher it created.
+    """
     consumer = Consumer(
         {
             **client_config,
@@ -86,7 +160,10 @@ def run_loop(
             "max.poll.interval.ms": 10000,
         }
     )
-    producer = Producer(dict(client_config))
+    own_publisher = publisher is None
+    if publisher is None:
+        extra = {k: v for k, v in client_config.items() if k != "bootstrap.servers"}
+        publisher = EventPublisher(client_config["bootstrap.servers"], events_topic, extra)
     consumer.subscribe([decisions_topic])
     stats = LoopStats()
     stopping = False
@@ -94,6 +171,14 @@ def run_loop(
     def stop(*_: Any) -> None:
         nonlocal stopping
         stopping = True
+
+    def deliver(events: list[OwnershipEvent]) -> None:
+        # Kafka refusing events stops progress (nothing is committed) rather than losing them.
+        publisher.deliver(events, attempts=None, should_stop=lambda: stopping)
+        for e in events:
+            metrics.OWNERSHIP_EVENTS_PUBLISHED.labels(event=e.event).inc()
+            log.info("%s %s %s -> %s", e.event, e.bundle, e.old_owner, e.new_owner)
+        stats.events += len(events)
 
     previous = {}
     try:
@@ -106,11 +191,10 @@ def run_loop(
         while not stopping and (max_messages is None or stats.consumed < max_messages):
             if config is not None and time.monotonic() - last_sweep >= sweep_interval_s:
                 last_sweep = time.monotonic()
-                for event in sweep_and_reassign(store, config, clock()):
-                    value = json.dumps(event, sort_keys=True).encode()
-                    producer.produce(events_topic, key=event["bundle"].encode(), value=value)
-                    log.info("%s %s", event["event"], event["bundle"])
-                producer.flush(10)
+                events = sweep_and_reassign(store, config, clock())
+                stats.sweeps += 1
+                stats.expired += sum(1 for e in events if e.event == "expired")
+                deliver(events)
             msg = consumer.poll(0.5)
             if msg is None:
                 if idle_timeout_s is not None and time.monotonic() - last_message > idle_timeout_s:
@@ -121,6 +205,7 @@ def run_loop(
                     log.warning("consumer error: %s", msg.error())
                 continue
             last_message = time.monotonic()
+            started = time.perf_counter()
             stats.consumed += 1
             now = clock()
             try:
@@ -134,27 +219,32 @@ def run_loop(
                 )
                 log.warning("rejected record %s: %s", where, e)
                 stats.rejected += 1
+                metrics.CONTROL_DECISIONS.labels(kind="invalid", outcome=REJECTED).inc()
                 consumer.commit(message=msg, asynchronous=False)
                 continue
-            outcome = apply_decision(
+            outcome, events = apply_with_events(
                 store, d, now_ms=now, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run
             )
             log.info(
                 "%s %s %s: %s %s", d.id[:12], d.kind, d.bundle, outcome.outcome, outcome.reason
             )
+            metrics.CONTROL_DECISIONS.labels(kind=d.kind, outcome=outcome.outcome).inc()
             if outcome.outcome == APPLIED:
                 stats.applied += 1
-                event = json.dumps(ownership_event(d, outcome, now), sort_keys=True)
-                producer.produce(events_topic, key=d.bundle.encode(), value=event.encode())
-                producer.flush(10)
+                deliver(events)
             elif outcome.outcome == REJECTED:
                 stats.rejected += 1
             else:
                 stats.other += 1
             consumer.commit(message=msg, asynchronous=False)
+            metrics.CONTROL_CYCLE_DURATION.observe(time.perf_counter() - started)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         consumer.close()
-        producer.flush(10)
+        if own_publisher:
+            publisher.close()
     return stats
+
+
+__all__ = ["LoopStats", "apply_with_events", "decision_events", "run_loop"]

@@ -8,6 +8,10 @@ bundles assigned before the destination's next report do not all land on one bro
 is recorded as a preallocation until the destination reports the bundle (the selector prunes it
 then), and the lease is acquired with a fencing token.
 
+Every lease granted here is an ownership change, so it comes back as an ``assigned``
+``OwnershipEvent`` (``assign_with_event``, ``lookup_assign_event``); ``lookup_and_assign`` with a
+publisher and the control loop's sweep put them on the ownership-events topic.
+
 Snapshot keys (prefix ``P``): ``P:load:brokers`` (broker -> JSON ``{"report": LocalBrokerData,
 "historyUsage", "msgThroughputEma", "updatedAtMs"}``), ``P:load:bundles`` (bundle -> JSON
 ``{"shortTerm", "longTerm", "topics"}``), ``P:prealloc:<broker>`` (bundle -> JSON averages).
@@ -20,7 +24,10 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from controller.events import ASSIGNED, EXPIRED, EventPublisher, OwnershipEvent
 from controller.redis_store import Lease, RedisStore
+from lbctl import metrics
+from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import cycle_rng, weights_from_config
 from loadbalance.errors import Conflict
@@ -101,58 +108,123 @@ def assign(
 ) -> Lease | None:
     """Choose a broker for an unowned bundle and acquire its lease; None when no broker is live
     with load data. A concurrent assignment that wins first is returned as it is."""
+    return assign_with_event(store, bundle, config, now_ms, seed=seed)[0]
+
+
+def assign_with_event(
+    store: RedisStore,
+    bundle: str,
+    config: LoadBalancerConfig,
+    now_ms: int,
+    *,
+    seed: int = 0,
+    reason: str = "lookup",
+) -> tuple[Lease | None, OwnershipEvent | None]:
+    """``assign``, plus the ``assigned`` event when *this* call took the lease.
+
+    Why the distinction: when a concurrent assigner wins the race, its owner is returned but
+    the event is the winner's to publish; publishing it here too would announce a lease this
+    process never granted.
+    """
     view = load_view(store, config, now_ms)
     if view is None:
-        return None
+        metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Empty").inc()
+        return None, None
     selector = BrokerSelector(view, config, cycle_rng(f"assign:{bundle}:{now_ms}", seed))
     dest = selector.select(bundle)
     if dest is None:
-        return None
+        metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Empty").inc()
+        return None, None
     ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
     try:
         lease = store.acquire(bundle, dest, now_ms, ttl_ms)
     except Conflict:
-        return store.owner(bundle, now_ms)
+        metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Skip").inc()
+        return store.owner(bundle, now_ms), None
+    metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Success").inc()
     data = selector.preallocated.get(dest, {}).get(bundle, view.bundle(bundle))
     store.r.hset(f"{store.p}:prealloc:{dest}", bundle, json.dumps(bundle_data_doc(data)))
-    return lease
+    event = OwnershipEvent(
+        ASSIGNED,
+        bundle,
+        now_ms,
+        new_owner=lease.broker,
+        new_token=lease.token,
+        reason=reason,
+    )
+    return lease, event
+
+
+def lookup_assign_event(
+    store: RedisStore, topic: str, config: LoadBalancerConfig, now_ms: int
+) -> tuple[str, Lease | None, OwnershipEvent | None]:
+    """Pulsar's lookup: the topic's bundle and its owner, assigning a free bundle first; the
+    third item is the ``assigned`` event when this lookup granted the lease."""
+    bundle, lease = store.lookup(topic, now_ms)
+    if lease is not None:
+        metrics.LOOKUPS.labels(result="owned").inc()
+        return bundle, lease, None
+    lease, event = assign_with_event(store, bundle, config, now_ms, reason=f"lookup of {topic}")
+    metrics.LOOKUPS.labels(result="assigned" if event else "owned" if lease else "none").inc()
+    return bundle, lease, event
 
 
 def lookup_and_assign(
-    store: RedisStore, topic: str, config: LoadBalancerConfig, now_ms: int
+    store: RedisStore,
+    topic: str,
+    config: LoadBalancerConfig,
+    now_ms: int,
+    *,
+    publisher: EventPublisher | None = None,
 ) -> tuple[str, Lease | None]:
-    """Pulsar's lookup: the topic's bundle and its owner, assigning a free bundle first."""
-    bundle, lease = store.lookup(topic, now_ms)
-    if lease is None:
-        lease = assign(store, bundle, config, now_ms)
+    """``lookup_assign_event`` that publishes the ``assigned`` event (and waits for Kafka to
+    have it) when a ``publisher`` is given, so followers learn the owner before the client."""
+    bundle, lease, event = lookup_assign_event(store, topic, config, now_ms)
+    if event is not None and publisher is not None:
+        publisher.deliver([event])
     return bundle, lease
-
-
-__all__ = ["assign", "load_view", "lookup_and_assign", "put_load_snapshot"]
 
 
 def sweep_and_reassign(
     store: RedisStore, config: LoadBalancerConfig, now_ms: int
-) -> list[dict[str, Any]]:
+) -> list[OwnershipEvent]:
     """Remove expired leases and place their bundles again; return the ownership events.
 
-    A bundle whose namespace no longer holds it (split or merged meanwhile) is not reassigned.
-    A bundle that cannot be placed now (no live broker with load data) stays free and is
-    assigned on its next lookup.
+    Each swept lease gives an ``expired`` event (old owner and token); each bundle this call
+    placed again gives an ``assigned`` event (new owner and token), even on the same broker:
+    its new token is what followers must fence with. A bundle whose namespace no longer holds
+    it (split or merged meanwhile) is not reassigned. A bundle that cannot be placed now (no
+    live broker with load data) stays free and is assigned on its next lookup.
     """
-    events: list[dict[str, Any]] = []
+    events: list[OwnershipEvent] = []
     for lease in store.sweep_expired(now_ms):
         events.append(
-            {"event": "expired", "bundle": lease.bundle, "sourceBroker": lease.broker,
-             "token": lease.token, "atMs": now_ms}
-        )  # fmt: skip
-        ns = store.get_namespace(lease.bundle.rsplit("/", 1)[0])
+            OwnershipEvent(
+                EXPIRED,
+                lease.bundle,
+                now_ms,
+                old_owner=lease.broker,
+                old_token=lease.token,
+                reason=f"lease expired at {lease.expires_at_ms}",
+            )
+        )
+        ns = store.get_namespace(bundle_namespace(lease.bundle))
         if ns is None or not ns.contains(lease.bundle):
             continue
-        new = assign(store, lease.bundle, config, now_ms)
-        if new is not None and new.broker != lease.broker:
-            events.append(
-                {"event": "assigned", "bundle": lease.bundle, "destinationBroker": new.broker,
-                 "token": new.token, "atMs": now_ms}
-            )  # fmt: skip
+        _, event = assign_with_event(
+            store, lease.bundle, config, now_ms, reason=f"reassigned: {lease.broker} expired"
+        )
+        if event is not None:
+            events.append(event)
     return events
+
+
+__all__ = [
+    "assign",
+    "assign_with_event",
+    "load_view",
+    "lookup_and_assign",
+    "lookup_assign_event",
+    "put_load_snapshot",
+    "sweep_and_reassign",
+]

@@ -1,16 +1,44 @@
-"""First lookup assigns a free bundle with the placement strategy over the Redis load snapshot."""
+"""First lookup assigns a free bundle with the placement strategy over the Redis load snapshot,
+and says so with an ``assigned`` ownership event; the sweep reports expired and reassigned."""
 
 from __future__ import annotations
 
 import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from controller.placement import lookup_and_assign, put_load_snapshot
-from controller.redis_store import RedisStore
+from controller.events import (
+    ASSIGNED,
+    EXPIRED,
+    EventPublisher,
+    OwnershipEvent,
+    decode_event,
+    encode_event,
+)
+from controller.placement import lookup_and_assign, lookup_assign_event, put_load_snapshot
+from controller.redis_store import Lease, RedisStore
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
 
 NS = "acme/assign"
+
+
+def read_events(bootstrap: str, topic: str) -> list[tuple[str, OwnershipEvent]]:
+    """Every record of a one-partition events topic, decoded, with its key."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
+                  "enable.partition.eof": True})  # fmt: skip
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    out = []
+    try:
+        while True:
+            m = c.poll(5)
+            if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
+                break
+            if not m.error():
+                out.append((m.key().decode(), decode_event(m.value())))
+    finally:
+        c.close()
+    return out
 
 
 def _broker(name: str, rate: float, cpu: float) -> dict:
@@ -39,13 +67,23 @@ def test_lookup_assigns_by_strategy_with_preallocation_and_then_keeps_the_owner(
     )
     cfg = LoadBalancerConfig(loadBalancerDistributeBundlesEvenlyEnabled=False)
     owners = []
+    assigned: dict[str, Lease] = {}
     for i in range(12):
         topic = f"persistent://{NS}/t{i}"
-        bundle, lease = lookup_and_assign(store, topic, cfg, now_ms=10)
+        bundle, lease, event = lookup_assign_event(store, topic, cfg, now_ms=10)
         assert lease is not None
+        if bundle in assigned:  # two topics of one bundle: the second finds an owner
+            assert event is None and assigned[bundle] == lease
+        else:
+            assert event == OwnershipEvent(
+                ASSIGNED, bundle, 10, new_owner=lease.broker, new_token=lease.token,
+                reason=f"lookup of {topic}",
+            )  # fmt: skip
+            assigned[bundle] = lease
         owners.append(lease.broker)
-        again_bundle, again = lookup_and_assign(store, topic, cfg, now_ms=11)
+        again_bundle, again, again_event = lookup_assign_event(store, topic, cfg, now_ms=11)
         assert (again_bundle, again.broker, again.token) == (bundle, lease.broker, lease.token)
+        assert again_event is None, "an owned bundle is not assigned again"
     assert set(owners) <= {"idle1", "idle2"}, owners
     counts = {b: owners.count(b) for b in ("idle1", "idle2")}
     assert min(counts.values()) >= 3, f"preallocation spreads assignments: {counts}"
@@ -55,8 +93,8 @@ def test_lookup_assigns_by_strategy_with_preallocation_and_then_keeps_the_owner(
 def test_no_live_broker_with_load_data_means_no_owner(fresh_redis: redis.Redis) -> None:
     store = RedisStore(fresh_redis, prefix="as2")
     store.create_namespace(NS, 4)
-    bundle, lease = lookup_and_assign(store, f"{NS}/t", LoadBalancerConfig(), now_ms=5)
-    assert lease is None and bundle.startswith(NS)
+    bundle, lease, event = lookup_assign_event(store, f"{NS}/t", LoadBalancerConfig(), now_ms=5)
+    assert lease is None and event is None and bundle.startswith(NS)
 
 
 def test_expired_leases_are_swept_and_reassigned_to_live_brokers(fresh_redis: redis.Redis) -> None:
@@ -73,9 +111,33 @@ def test_expired_leases_are_swept_and_reassigned_to_live_brokers(fresh_redis: re
     old = [store.acquire(b, "dying", now_ms=0, ttl_ms=500) for b in names[:2]]
     store.split_bundle(names[1], [0x60000000])  # one of them is gone before the sweep
     events = sweep_and_reassign(store, LoadBalancerConfig(), now_ms=2_000)
-    assert [(e["event"], e["bundle"]) for e in events] == [
-        ("expired", names[0]),
-        ("assigned", names[0]),
-    ]
     lease = store.owner(names[0], now_ms=2_001)
     assert lease.broker == "alive" and lease.token > old[0].token
+    # the split bundle's lease ended with the split, so only names[0] was swept
+    assert [decode_event(encode_event(e)) for e in events] == [
+        OwnershipEvent(EXPIRED, names[0], 2_000, old_owner="dying", old_token=old[0].token,
+                       reason="lease expired at 500"),
+        OwnershipEvent(ASSIGNED, names[0], 2_000, new_owner="alive", new_token=lease.token,
+                       reason="reassigned: dying expired"),
+    ]  # fmt: skip
+
+
+def test_a_lookup_that_assigns_publishes_the_assigned_event_and_a_plain_one_does_not(
+    fresh_redis: redis.Redis, kafka_bootstrap: str, unique_topic
+) -> None:
+    topic_name = unique_topic(1, "events")
+    store = RedisStore(fresh_redis, prefix="pub")
+    store.create_namespace(NS, 4)
+    store.register_broker("only", now_ms=0, ttl_ms=10**12)
+    put_load_snapshot(store, {"only": _broker("only", 10, 10)}, {})
+    publisher = EventPublisher(kafka_bootstrap, topic_name)
+    try:
+        first = lookup_and_assign(store, f"{NS}/a", LoadBalancerConfig(), 7, publisher=publisher)
+        again = lookup_and_assign(store, f"{NS}/a", LoadBalancerConfig(), 8, publisher=publisher)
+    finally:
+        publisher.close()
+    assert first == again and first[1].broker == "only"
+    records = read_events(kafka_bootstrap, topic_name)
+    assert [(k, e.event, e.new_owner, e.new_token) for k, e in records] == [
+        (first[0], ASSIGNED, "only", first[1].token)
+    ]

@@ -1,68 +1,148 @@
-"""The control loop over a real Kafka-protocol broker and Redis: apply, record, publish, commit."""
+"""The control loop over a real Kafka-protocol broker and Redis: apply, record, publish, commit.
+
+The ownership events are read back from Kafka and decoded with ``decode_event``, so the test
+checks what a follower would see: the kind, the key, old and new owners and fencing tokens,
+split children and the merge result, and the sweep's expired/assigned pair.
+"""
 
 from __future__ import annotations
 
-import json
+import urllib.request
 
 import redis
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from controller.apply import outcome_of
+from controller.events import (
+    ASSIGNED,
+    EXPIRED,
+    MERGED,
+    RELEASED,
+    SPLIT,
+    TRANSFERRED,
+    OwnershipEvent,
+)
 from controller.loop import run_loop
+from controller.placement import put_load_snapshot
 from controller.redis_store import RedisStore
-from loadbalance.decisions import SPLIT, TRANSFER, encode_decision, make_decision
+from lbctl import metrics
+from loadbalance.config import LoadBalancerConfig
+from loadbalance.decisions import MERGE, TRANSFER, UNLOAD, encode_decision, make_decision
+from loadbalance.decisions import SPLIT as SPLIT_DECISION
+from loadbalance.model import LocalBrokerData, ResourceUsage
+from loadbalance.report_codec import report_to_dict
+from tests.integration.test_assignment import read_events
 
 NS = "acme/loop"
 
 
-def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
-                  "enable.partition.eof": True})  # fmt: skip
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out = []
-    while True:
-        m = c.poll(5)
-        if m is None or (m.error() and m.error().code() == -191):  # partition EOF
-            break
-        if not m.error():
-            out.append((m.key(), json.loads(m.value())))
-    c.close()
+def _load(name: str) -> dict:
+    r = LocalBrokerData(broker=name, cpu=ResourceUsage(10, 100), msg_rate_in=10)
+    return {"report": report_to_dict(r), "updatedAtMs": 0}
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The exporter's samples over HTTP: ``name{labels}`` -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
     return out
 
 
-def test_loop_applies_decisions_rejects_garbage_publishes_events_and_commits(
+def test_loop_applies_decisions_publishes_their_events_sweeps_and_commits(
     kafka_bootstrap: str, unique_topic, fresh_redis: redis.Redis
 ) -> None:
     decisions, events = unique_topic(1, "decisions"), unique_topic(1, "events")
     store = RedisStore(fresh_redis, prefix="loop")
-    store.create_namespace(NS, 4)
+    store.create_namespace(NS, 8)
     now = 1_000
     for b in ("b1", "b2"):
         store.register_broker(b, now_ms=0, ttl_ms=10**13)
-    names = store.get_namespace(NS).bundle_names
-    store.acquire(names[0], "b1", now_ms=0, ttl_ms=10**13)
-    move = make_decision(cycle="7", kind=TRANSFER, bundle=names[0], source_broker="b1",
+    store.register_broker("dying", now_ms=0, ttl_ms=500)
+    put_load_snapshot(store, {"b1": _load("b1"), "b2": _load("b2")}, {})
+    n = store.get_namespace(NS).bundle_names
+    held = {i: store.acquire(n[i], o, now_ms=0, ttl_ms=10**13)
+            for i, o in ((0, "b1"), (1, "b1"), (2, "b2"), (3, "b2"), (4, "b1"))}  # fmt: skip
+    doomed = store.acquire(n[6], "dying", now_ms=0, ttl_ms=400)  # expired at `now`
+    move = make_decision(cycle="7", kind=TRANSFER, bundle=n[0], source_broker="b1",
                          destination_broker="b2", reason="Overloaded")  # fmt: skip
-    split = make_decision(cycle="7", kind=SPLIT, bundle=names[1], source_broker="b1",
-                          split_boundaries=(0x60000000,), reason="MsgRate")  # fmt: skip
+    split = make_decision(cycle="7", kind=SPLIT_DECISION, bundle=n[1], source_broker="b1",
+                          split_boundaries=(0x30000000,), reason="MsgRate")  # fmt: skip
+    merge = make_decision(cycle="7", kind=MERGE, bundle=n[2], merge_bundle=n[3], source_broker="b2",
+                          reason="Underloaded")  # fmt: skip
+    unload = make_decision(cycle="7", kind=UNLOAD, bundle=n[4], source_broker="b1",
+                           reason="Overloaded")  # fmt: skip
+    place = make_decision(cycle="7", kind=TRANSFER, bundle=n[5], source_broker=None,
+                          destination_broker="b1", reason="Admin")  # fmt: skip
     p = Producer({"bootstrap.servers": kafka_bootstrap})
     for value in (encode_decision(move), b"{not json", encode_decision(split),
-                  encode_decision(move)):  # a duplicate of the first  # fmt: skip
+                  encode_decision(merge), encode_decision(unload), encode_decision(place),
+                  encode_decision(move)):  # the last is a duplicate of the first  # fmt: skip
         p.produce(decisions, value=value)
     p.flush(10)
-    cfg = {"bootstrap.servers": kafka_bootstrap}
-    stats = run_loop(store, client_config=cfg, decisions_topic=decisions, events_topic=events,
-                     group_id="ctl", max_messages=4, clock=lambda: now)  # fmt: skip
-    assert (stats.consumed, stats.applied, stats.rejected) == (4, 2, 1)
-    assert store.owner(names[0], now + 1).broker == "b2"
-    assert 0x60000000 in store.get_namespace(NS).boundaries
+
+    before = (
+        metrics.REGISTRY.get_sample_value(
+            "lbctl_control_decisions_total", {"kind": "transfer", "outcome": "applied"}
+        )
+        or 0.0
+    )
+    port = metrics.serve(0)
+    try:
+        cfg = {"bootstrap.servers": kafka_bootstrap}
+        stats = run_loop(store, client_config=cfg, decisions_topic=decisions, events_topic=events,
+                         group_id="ctl", max_messages=7, clock=lambda: now,
+                         config=LoadBalancerConfig(), sweep_interval_s=0)  # fmt: skip
+        scraped = _scrape(port)
+    finally:
+        metrics.stop_all()
+    assert (stats.consumed, stats.applied, stats.rejected, stats.other) == (7, 5, 1, 1)
+    assert stats.expired == 1 and stats.sweeps >= 1 and stats.events == 8
+    applied = scraped['lbctl_control_decisions_total{kind="transfer",outcome="applied"}']
+    assert applied - before == 2, "move and place, counted once each; the duplicate is not"
+    assert scraped['lbctl_control_decisions_total{kind="transfer",outcome="duplicate"}'] >= 1
+    assert scraped['lbctl_ownership_events_published_total{event="expired"}'] >= 1
+    assert scraped['lbctl_ownership_events_published_total{event="merged"}'] >= 2
+
+    moved = store.owner(n[0], now + 1)
+    placed = store.owner(n[5], now + 1)
+    reassigned = store.owner(n[6], now + 1)
+    assert moved.broker == "b2" and placed.broker == "b1"
+    assert reassigned.broker in ("b1", "b2") and reassigned.token > doomed.token
+    assert 0x30000000 in store.get_namespace(NS).boundaries
     assert outcome_of(store, move.id).outcome == "applied"
     assert any(b"record:" in k for k in fresh_redis.hkeys("loop:outcomes"))
-    evs = _read_all(kafka_bootstrap, events)
-    assert [(k.decode(), e["event"]) for k, e in evs] == [
-        (names[0], "transferred"),
-        (names[1], "split"),
-    ]
+
+    merged_name = f"{NS}/0x40000000_0x80000000"
+    evs = read_events(kafka_bootstrap, events)
+    assert all(key == e.bundle for key, e in evs), "keyed by bundle"
+    assert [e for _, e in evs] == [
+        OwnershipEvent(EXPIRED, n[6], now, old_owner="dying", old_token=doomed.token,
+                       reason="lease expired at 400"),
+        OwnershipEvent(ASSIGNED, n[6], now, new_owner=reassigned.broker,
+                       new_token=reassigned.token, reason="reassigned: dying expired"),
+        OwnershipEvent(TRANSFERRED, n[0], now, old_owner="b1", old_token=held[0].token,
+                       new_owner="b2", new_token=moved.token, decision_id=move.id,
+                       reason="Overloaded"),
+        OwnershipEvent(SPLIT, n[1], now, old_owner="b1", old_token=held[1].token,
+                       decision_id=split.id, reason="MsgRate",
+                       children=(f"{NS}/0x20000000_0x30000000", f"{NS}/0x30000000_0x40000000")),
+        OwnershipEvent(MERGED, n[2], now, old_owner="b2", old_token=held[2].token,
+                       decision_id=merge.id, reason="Underloaded", children=(merged_name,)),
+        OwnershipEvent(MERGED, n[3], now, old_owner="b2", old_token=held[3].token,
+                       decision_id=merge.id, reason="Underloaded", children=(merged_name,)),
+        OwnershipEvent(RELEASED, n[4], now, old_owner="b1", old_token=held[4].token,
+                       decision_id=unload.id, reason="Overloaded"),
+        OwnershipEvent(ASSIGNED, n[5], now, new_owner="b1", new_token=placed.token,
+                       decision_id=place.id, reason="Admin"),
+    ]  # fmt: skip
+    assert moved.token > held[0].token
+
     again = run_loop(store, client_config=cfg, decisions_topic=decisions, events_topic=events,
                      group_id="ctl", idle_timeout_s=4, clock=lambda: now)  # fmt: skip
     assert again.consumed == 0, "offsets were committed: nothing is consumed twice"
+    assert len(read_events(kafka_bootstrap, events)) == len(evs), "and nothing is re-published"
