@@ -271,8 +271,15 @@ def run_simulate_live(args: argparse.Namespace) -> int:
     if args.cycle_seconds < 0:
         print("lbctl simulate: --cycle-seconds must be >= 0", file=sys.stderr)
         return 2
+    import redis
+    from confluent_kafka import KafkaException
+
     security = _kafka_security(config)
-    ensure_topics(bootstrap, {config.load_reports_topic: config.topic_partitions}, security)
+    try:
+        ensure_topics(bootstrap, {config.load_reports_topic: config.topic_partitions}, security)
+    except KafkaException as e:
+        print(f"lbctl simulate: Kafka at {bootstrap} unavailable: {e}", file=sys.stderr)
+        return 1
     auth = {"username": config.redis_username, "password": config.redis_password}
     store = RedisStore.from_url(
         redis_url, prefix=config.redis_key_prefix, **{k: v for k, v in auth.items() if v}
@@ -301,6 +308,9 @@ def run_simulate_live(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         done = sim.run(args.cycles, args.cycle_seconds, on_cycle)
+    except redis.RedisError as e:  # at setup; a later outage is retried cycle by cycle
+        print(f"lbctl simulate: Redis unavailable: {e}", file=sys.stderr)
+        return 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

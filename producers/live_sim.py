@@ -51,6 +51,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import redis
+
 from controller.placement import lookup_and_assign
 from controller.redis_store import Lease, RedisStore
 from loadbalance.bundles import NamespaceBundles, bundle_namespace
@@ -89,6 +91,13 @@ class TimestampedReportPublisher(KafkaReportPublisher):
         if remaining or self._errors:
             detail = "; ".join(self._errors) or f"{remaining} still queued"
             raise Transient(f"reports not delivered to {self.topic}: {detail}")
+
+    def close(self) -> None:
+        """Flush, then let the client go, so no connection outlives the simulator."""
+        if self._producer is None:
+            return
+        super().close()
+        self._producer = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -247,10 +256,10 @@ class LiveSim:
                 self.live.add(name)
                 self._register(name, now_ms)
             elif action == _DOWN and name in self.live:
-                self.live.discard(name)
                 self._release_all(name, now_ms)
                 # a heartbeat with a zero TTL ends the registration: gone, not just silent
                 self.store.register_broker(name, now_ms, 0)
+                self.live.discard(name)  # last, so a Redis error here is retried whole
             elif action == _CRASH:
                 self.live.discard(name)  # no release, no renewal: the leases run out in Redis
             else:
@@ -360,7 +369,14 @@ class LiveSim:
         cycle = 0
         next_at = time.monotonic()
         while not self._stop.is_set() and (cycles is None or cycle < cycles):
-            result = self.tick(cycle)
+            try:
+                result = self.tick(cycle)
+            except redis.RedisError as e:
+                # Every Redis read of a cycle comes before the RNG draw and the publish, and the
+                # events are idempotent, so the same cycle is simply played again next period.
+                log.warning("cycle %d: Redis unavailable, retrying: %s", cycle, e)
+                self._stop.wait(max(cycle_seconds, 0.5))
+                continue
             cycle += 1
             if on_cycle is not None:
                 on_cycle(result)

@@ -231,6 +231,43 @@ def test_a_crashed_broker_stops_reporting_and_renewing_and_its_leases_expire(
     assert set(held) <= set().union(*(r.bundles for r in last.values()))
 
 
+def test_a_graceful_leave_releases_at_once_and_a_join_registers_and_reports(
+    redis_url: str, kafka_bootstrap: str, unique_topic: Callable[..., str], fresh_redis: redis.Redis
+) -> None:
+    leaver = "broker-02"
+    events = [
+        {"at_cycle": 1, "kind": "remove_brokers", "names": [leaver]},
+        {"at_cycle": 2, "kind": "add_brokers", "brokers": [{"prefix": "broker", "start": 3}]},
+    ]
+    scenario = load(9, events)
+    topic = unique_topic(prefix="live-leave")
+    clock = FakeClock()
+    sim = make_sim(scenario, redis_url, kafka_bootstrap, topic, "leave", 9, clock)
+    sim.setup()
+    store = sim.store
+    held = [b for b, le in store.owners(NS, clock()).items() if le.broker == leaver]
+    assert held
+    play(sim, clock, range(1))
+    left = sim.tick(1)
+    now = left.wall_ms
+    assert left.events == (f"down:{leaver}",)
+    assert all(store.owner(b, now) is None for b in held), "released, not left to expire"
+    assert leaver not in store.live_brokers(now)
+    assert left.owned == 8 - len(held)  # no load snapshot: nobody to place them on yet
+    clock.now_ms += WALL_STEP_MS
+    joined = sim.tick(2)
+    sim.publisher.close()
+    assert "broker-03" in store.live_brokers(joined.wall_ms)
+    assert joined.brokers == ("broker-00", "broker-01", "broker-03")
+
+    by_cycle: dict[int, dict[str, LocalBrokerData]] = {}
+    for ts, key, report in decoded(read_reports(kafka_bootstrap, topic, 3 + 2 + 3)):
+        by_cycle.setdefault(cycle_of(ts, scenario), {})[key] = report
+    assert set(by_cycle[1]) == {"broker-00", "broker-01"}
+    assert set(by_cycle[2]) == {"broker-00", "broker-01", "broker-03"}
+    assert by_cycle[2]["broker-03"].num_bundles == 0
+
+
 def test_two_runs_with_one_seed_publish_the_same_reports(
     redis_url: str, kafka_bootstrap: str, unique_topic: Callable[..., str], fresh_redis: redis.Redis
 ) -> None:
