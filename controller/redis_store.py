@@ -18,12 +18,15 @@ Key layout (prefix ``P``, default ``lb``):
 ``P:fence``                     the fencing-token counter (only grows)
 ``P:broker:<id>``               hash ``heartbeat``, ``expires``, ``info`` (JSON)
 ``P:brokers``                   set of registered broker ids
+``P:epoch``                     id of this dataset, set with the first namespace; its
+                                absence tells ``controller.recovery`` Redis lost data
 ==============================  =====================================================
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,10 +43,12 @@ from loadbalance.bundles import (
 )
 from loadbalance.errors import Conflict, InvalidInput
 
+# KEYS: ns key, namespaces set, epoch key; ARGV: boundaries, namespace, a new epoch
 _LUA_CREATE_NS = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'boundaries', ARGV[1], 'version', 0)
 redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('SETNX', KEYS[3], ARGV[3])
 return 1
 """
 
@@ -204,7 +209,8 @@ class RedisStore:
     def create_namespace(self, ns: str, num_bundles: int, *, exist_ok: bool = False) -> bool:
         nb = NamespaceBundles.initial(ns, num_bundles)
         created = self._create(
-            keys=[self._ns(ns), f"{self.p}:namespaces"], args=[_csv(nb.boundaries), ns]
+            keys=[self._ns(ns), f"{self.p}:namespaces", f"{self.p}:epoch"],
+            args=[_csv(nb.boundaries), ns, uuid.uuid4().hex],
         )
         if not created and not exist_ok:
             raise InvalidInput("namespace", f"namespace {ns} already exists")

@@ -1,0 +1,240 @@
+"""Rebuild a valid store after Redis lost its data, from what the brokers report, and say so.
+
+Why: with AOF persistence on, a Redis restart keeps ranges and leases (docs/reliability.md).
+Without it (or after a failover to an empty replica) every key is gone, while the brokers keep
+serving their bundles. Pulsar would rebuild ownership from the brokers re-registering their
+ephemeral nodes; here the brokers re-register (``P:broker:<id>``, every agent check) and keep
+reporting the bundles they serve, so the controller can rebuild:
+
+1. **detect** (``detect_loss``): the epoch key ``P:epoch`` (written with the first namespace,
+   see ``RedisStore.create_namespace``) is missing or differs from the one this controller saw,
+   or it is missing while brokers report bundles of namespaces Redis does not know;
+2. **rebuild namespaces** (``recover``) from the claimed bundles: claims are taken narrowest
+   first (a split's children win over a stale report of their parent), overlapping ones are
+   refused, and every gap between claimed ranges becomes one unowned bundle, so each namespace
+   covers the ring exactly; namespaces nobody reports come back with their default bundles if
+   the caller names them (``known_namespaces``), else they stay lost and the report says so;
+3. **re-grant leases** to the claimants that are registered and live, after raising the fencing
+   counter to ``token_floor`` (the highest token anyone may still hold, e.g. the largest
+   ``newToken`` on the ownership-events topic), so every new token is above every old one and a
+   broker's remembered token is refused;
+4. **report** (``RecoveryReport``, also stored at ``P:recovery:last`` and streamed to
+   ``P:recovery-log``): what was rebuilt, from what, and what is lost for good.
+
+Namespace versions restart at the recovery time in ms, above any version the lost store could
+have had, so a cache keyed by version (lookups, the streaming job) cannot take the rebuilt
+boundaries for the ones it saw. Time is an argument (``now_ms``), as everywhere in the store.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from controller.redis_store import BrokerNotAlive, RedisStore, _csv
+from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
+from loadbalance.errors import Conflict, InvalidInput
+
+# What no broker can give back; listed in every report so an operator knows what to expect.
+ALWAYS_LOST = (
+    "decision outcomes (de-duplication history): a decision replayed from Kafka is applied "
+    "again as a level-based hint, re-checked against the rebuilt state",
+    "split/merge history: namespace versions restart at the recovery time",
+    "load snapshot, stream progress and preallocations: the streaming job rewrites the snapshot "
+    "from the next reports; its cycle state (grace periods) starts afresh",
+)
+
+
+def epoch_key(store: RedisStore) -> str:
+    return f"{store.p}:epoch"
+
+
+def current_epoch(store: RedisStore) -> str | None:
+    raw = store.r.get(epoch_key(store))
+    return raw.decode() if raw is not None else None
+
+
+def claims_from_snapshot(store: RedisStore, now_ms: int) -> dict[str, list[str]]:
+    """broker -> bundles it reports, from the load snapshot the streaming job rewrites after
+    the loss, keeping only brokers registered and live again."""
+    live = set(store.live_brokers(now_ms))
+    claims: dict[str, list[str]] = {}
+    for bundle, raw in store.r.hgetall(f"{store.p}:load:bundles").items():
+        broker = json.loads(raw).get("broker")
+        if broker in live:
+            claims.setdefault(broker, []).append(bundle.decode())
+    return {b: sorted(v) for b, v in sorted(claims.items())}
+
+
+def detect_loss(
+    store: RedisStore, known_epoch: str | None, claims: Mapping[str, Iterable[str]]
+) -> str | None:
+    """Why we think Redis lost its data, or None if it did not."""
+    epoch = current_epoch(store)
+    if known_epoch is not None and epoch is None:
+        return f"the epoch key {epoch_key(store)} is gone (this controller saw {known_epoch})"
+    if known_epoch is not None and epoch != known_epoch:
+        return f"the epoch changed from {known_epoch} to {epoch} (another dataset)"
+    if epoch is None:
+        known = set(store.list_namespaces())
+        unknown = sorted({parse_bundle(b).namespace for bs in claims.values() for b in bs} - known)
+        if unknown:
+            return f"no epoch key, and brokers report bundles of unknown namespaces: {unknown}"
+    return None
+
+
+@dataclass
+class NamespaceRebuild:
+    """How one namespace was rebuilt."""
+
+    bundles: int
+    from_reports: int
+    gaps_filled: int
+    source: str  # "reports" or "default"
+
+
+@dataclass
+class RecoveryReport:
+    """What ``recover`` did and what is lost; stored as JSON at ``P:recovery:last``."""
+
+    reason: str
+    at_ms: int
+    epoch: str
+    token_floor: int
+    namespaces: dict[str, NamespaceRebuild] = field(default_factory=dict)
+    leases_granted: dict[str, tuple[str, int]] = field(default_factory=dict)
+    unowned: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)  # bundle, broker, why
+    lost: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def _rebuild_boundaries(
+    claims: list[tuple[str, str]],
+) -> tuple[list[int], list[tuple[str, str]], list[tuple[str, str, str]]]:
+    """Boundaries covering the ring from (bundle, broker) claims of one namespace.
+
+    Returns (boundaries, accepted claims, refused claims with a reason)."""
+    ranges = sorted(
+        ((parse_bundle(b), b, broker) for b, broker in claims),
+        key=lambda x: (x[0].upper - x[0].lower, x[0].lower, x[2]),
+    )
+    taken: list[tuple[int, int]] = []
+    accepted: list[tuple[str, str]] = []
+    refused: list[tuple[str, str, str]] = []
+    for r, name, broker in ranges:
+        clash = next(((lo, hi) for lo, hi in taken if r.lower < hi and lo < r.upper), None)
+        if clash is not None:
+            why = f"overlaps 0x{clash[0]:08x}_0x{clash[1]:08x}, claimed narrower or first"
+            refused.append((name, broker, why))
+            continue
+        taken.append((r.lower, r.upper))
+        accepted.append((name, broker))
+    points = {FULL_LOWER, FULL_UPPER}
+    for lo, hi in taken:
+        points.update((lo, hi))
+    return sorted(points), accepted, refused
+
+
+def recover(
+    store: RedisStore,
+    claims: Mapping[str, Iterable[str]],
+    *,
+    now_ms: int,
+    lease_ttl_ms: int,
+    token_floor: int,
+    reason: str,
+    known_namespaces: Mapping[str, int] | None = None,
+) -> RecoveryReport:
+    """Rebuild namespaces and leases from ``claims`` (broker -> bundles it serves).
+
+    Meant for an empty (or partly rewritten) store: a namespace that still exists in Redis is
+    left as it is, and its claimed bundles are only re-leased. See the module docstring.
+    """
+    epoch = uuid.uuid4().hex
+    report = RecoveryReport(reason, now_ms, epoch, token_floor, lost=list(ALWAYS_LOST))
+    by_ns: dict[str, list[tuple[str, str]]] = {}
+    for broker, bundles in sorted(claims.items()):
+        for b in sorted(set(bundles)):
+            try:
+                by_ns.setdefault(parse_bundle(b).namespace, []).append((b, broker))
+            except InvalidInput as e:
+                report.refused.append((b, broker, f"not a bundle name: {e}"))
+    existing = set(store.list_namespaces())
+    grants: list[tuple[str, str]] = []
+    for ns, ns_claims in sorted(by_ns.items()):
+        if ns in existing:
+            grants += ns_claims
+            continue
+        bounds, accepted, refused = _rebuild_boundaries(ns_claims)
+        report.refused += refused
+        grants += accepted
+        _write_namespace(store, ns, bounds, now_ms)
+        report.namespaces[ns] = NamespaceRebuild(
+            len(bounds) - 1, len(accepted), len(bounds) - 1 - len(accepted), "reports"
+        )
+    for ns, n in sorted((known_namespaces or {}).items()):
+        if ns not in by_ns and ns not in existing:
+            bounds = list(NamespaceBundles.initial(ns, n).boundaries)
+            _write_namespace(store, ns, bounds, now_ms)
+            report.namespaces[ns] = NamespaceRebuild(n, 0, n, "default")
+    # fence first: every token granted from here on is above anything handed out before
+    store.r.eval(
+        "local c = tonumber(redis.call('GET', KEYS[1]) or '0') "
+        "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end return 1",
+        1,
+        f"{store.p}:fence",
+        token_floor,
+    )
+    granted = set()
+    for bundle, broker in grants:
+        try:
+            lease = store.acquire(bundle, broker, now_ms, lease_ttl_ms)
+        except BrokerNotAlive:
+            report.refused.append((bundle, broker, "broker not registered and live"))
+            continue
+        except (Conflict, InvalidInput) as e:
+            report.refused.append((bundle, broker, str(e)))
+            continue
+        report.leases_granted[bundle] = (broker, lease.token)
+        granted.add(bundle)
+    for ns in sorted(report.namespaces):
+        nb = store.get_namespace(ns)
+        assert nb is not None
+        report.unowned += [b for b in nb.bundle_names if b not in granted]
+    report.lost.append(
+        "namespaces that no broker reports and the caller did not name cannot be known; "
+        f"the store now holds {sorted(existing | set(report.namespaces))}"
+    )
+    pipe = store.r.pipeline(transaction=True)
+    pipe.set(epoch_key(store), epoch)
+    pipe.set(f"{store.p}:recovery:last", report.to_json())
+    pipe.xadd(f"{store.p}:recovery-log", {"report": report.to_json()}, maxlen=1000)
+    pipe.execute()
+    return report
+
+
+def _write_namespace(store: RedisStore, ns: str, bounds: list[int], now_ms: int) -> None:
+    """Create ``ns`` with ``bounds`` unless it exists (a racing creator wins, we re-lease)."""
+    NamespaceBundles(ns, tuple(bounds), now_ms)  # validates: covers the ring, increasing
+    store.r.eval(
+        "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
+        "redis.call('HSET', KEYS[1], 'boundaries', ARGV[1], 'version', ARGV[2]) "
+        "redis.call('SADD', KEYS[2], ARGV[3]) return 1",
+        2,
+        store._ns(ns),
+        f"{store.p}:namespaces",
+        _csv(bounds),
+        now_ms,
+        ns,
+    )
+
+
+def last_report(store: RedisStore) -> dict[str, Any] | None:
+    raw = store.r.get(f"{store.p}:recovery:last")
+    return json.loads(raw) if raw is not None else None
