@@ -4,6 +4,11 @@ Every verb prints a table, or JSON with ``--json``; errors name what is wrong (u
 namespace, bundle not found, broker unknown) and exit with status 1 (2 for bad usage). The
 Redis URL comes from ``--redis-url``, else the configuration's ``redisUrl``
 (``LB_redisUrl``, ``--set redisUrl=...`` or a broker.conf).
+
+Verbs that change ownership (``lookup`` when it assigns, ``unload``, ``split-bundle``) publish
+the change to the ownership-events topic when Kafka is configured (``--bootstrap-servers`` or
+``kafkaBootstrapServers``), as the control loop does, so followers miss no change made by hand;
+``--no-events`` turns that off. ``control --metrics-port`` serves Prometheus metrics.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import sys
 import time
 from typing import Any
 
+from lbctl import metrics
 from lbctl.config_cmd import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
-from loadbalance.errors import Conflict, InvalidInput
+from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.split_algorithms import ALL_ALGORITHMS, split_boundaries
 
 
@@ -47,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = verb("lookup", "the bundle and owner serving a topic (assigns a free bundle)", _lookup)
     p.add_argument("topic", help="persistent://tenant/ns/topic or a short name")
     p.add_argument("--no-assign", action="store_true", help="do not assign a free bundle")
+    _add_event_arguments(p)
     p = verb("owners", "owners of every bundle of a namespace", _owners)
     p.add_argument("namespace")
     p = verb("split-bundle", "split a bundle now (pulsar-admin namespaces split-bundle)", _split)
@@ -56,10 +63,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--split-algorithm-name", "-san", default="range_equally_divide", choices=ALL_ALGORITHMS
     )
     p.add_argument("--split-boundaries", "-sb", default="", help="comma list of hex positions")
+    _add_event_arguments(p)
     p = verb("unload", "unload a bundle, or move it with --destination-broker", _unload)
     p.add_argument("namespace")
     p.add_argument("--bundle", "-b", required=True, help="0xLLLLLLLL_0xUUUUUUUU")
     p.add_argument("--destination-broker", "-d", default=None)
+    _add_event_arguments(p)
     ctl = subparsers.add_parser(
         "control",
         help="consume the decisions topic and apply each decision to Redis",
@@ -72,6 +81,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ctl.add_argument("--group", default="lb-controller", help="consumer group id")
     ctl.add_argument("--max-messages", type=int, default=None, help="stop after N records")
     ctl.add_argument("--dry-run", action="store_true", help="record what would be done only")
+    ctl.add_argument(
+        "--sweep-interval-s",
+        type=float,
+        default=5.0,
+        help="seconds between sweeps of expired leases (default 5)",
+    )
+    metrics.add_metrics_argument(ctl)
     add_config_arguments(ctl)
     ctl.set_defaults(func=_control)
     dec = subparsers.add_parser("decisions", help="decision outcomes recorded by the controller")
@@ -90,6 +106,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     brokers.set_defaults(func=lambda _a: (brokers.print_help(), 2)[1])
 
 
+def _add_event_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="Kafka for ownership events (default: config kafkaBootstrapServers; none: no events)",
+    )
+    p.add_argument(
+        "--no-events",
+        action="store_true",
+        help="do not publish the ownership change to the ownership-events topic",
+    )
+
+
+def _kafka_client_config(config: Any, bootstrap: str) -> dict[str, Any]:
+    """``bootstrap.servers`` plus the SASL/SSL settings that are set in the configuration."""
+    client_config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    for key, value in (
+        ("security.protocol", config.kafka_security_protocol),
+        ("sasl.mechanism", config.kafka_sasl_mechanism),
+        ("sasl.username", config.kafka_sasl_username),
+        ("sasl.password", config.kafka_sasl_password),
+        ("ssl.ca.location", config.kafka_ssl_ca_location),
+    ):
+        if value:
+            client_config[key] = value
+    return client_config
+
+
+def _publish(args: argparse.Namespace, config: Any, events: list[Any]) -> str | None:
+    """Deliver a verb's ownership events when Kafka is configured and events are wanted.
+
+    Returns the topic they went to (None when nothing was published). A delivery failure raises
+    ``Transient``: the change is already in Redis, and the user must hear that followers
+    have not seen it.
+    """
+    bootstrap = getattr(args, "bootstrap_servers", None) or config.kafka_bootstrap_servers
+    if not events or getattr(args, "no_events", False) or not bootstrap:
+        return None
+    from controller.events import EventPublisher
+
+    client_config = _kafka_client_config(config, bootstrap)
+    client_config.pop("bootstrap.servers")
+    publisher = EventPublisher(bootstrap, config.ownership_events_topic, client_config)
+    publisher.deliver(events, attempts=3, backoff_s=0.5)
+    return config.ownership_events_topic
+
+
 def _run(func: Any, args: argparse.Namespace) -> int:
     from controller.redis_store import RedisStore
 
@@ -106,6 +169,9 @@ def _run(func: Any, args: argparse.Namespace) -> int:
         return 2
     except (InvalidInput, Conflict) as e:
         print(f"lbctl: {e}", file=sys.stderr)
+        return 1
+    except Transient as e:
+        print(f"lbctl: the change is made, but followers were not told: {e}", file=sys.stderr)
         return 1
     _print(rows, args.json)
     return 0
@@ -162,13 +228,15 @@ def _lease_row(bundle: str, lease) -> dict[str, Any]:
 
 
 def _lookup(store, args, config) -> list[dict[str, Any]]:
-    from controller.placement import lookup_and_assign
+    from controller.placement import lookup_assign_event
 
+    event = None
     if args.no_assign:
         bundle, lease = store.lookup(args.topic, _now_ms())
     else:
-        bundle, lease = lookup_and_assign(store, args.topic, config, _now_ms())
-    return [{"topic": args.topic, **_lease_row(bundle, lease)}]
+        bundle, lease, event = lookup_assign_event(store, args.topic, config, _now_ms())
+    _publish(args, config, [event] if event else [])
+    return [{"topic": args.topic, **_lease_row(bundle, lease), "assigned": event is not None}]
 
 
 def _owners(store, args, config) -> list[dict[str, Any]]:
@@ -195,12 +263,27 @@ def _split(store, args, config) -> list[dict[str, Any]]:
     )
     if not points:
         raise InvalidInput("splitBoundaries", f"{args.split_algorithm_name} gives no boundary")
+    from controller.events import SPLIT, OwnershipEvent
+
+    now = _now_ms()
+    before = store.owner(name, now)
     nb = store.split_bundle(name, points)
-    return [{"bundle": b, "version": nb.version} for b in nb.children_of_split(name, points)]
+    children = nb.children_of_split(name, points)
+    event = OwnershipEvent(
+        SPLIT,
+        name,
+        now,
+        old_owner=before.broker if before else None,
+        old_token=before.token if before else None,
+        children=tuple(children),
+        reason="Admin",
+    )
+    _publish(args, config, [event])
+    return [{"bundle": b, "version": nb.version} for b in children]
 
 
 def _unload(store, args, config) -> list[dict[str, Any]]:
-    from controller.apply import apply_decision
+    from controller.loop import apply_with_events
 
     name = _bundle_name(store, args.namespace, args.bundle)
     now = _now_ms()
@@ -219,9 +302,10 @@ def _unload(store, args, config) -> list[dict[str, Any]]:
         decided_at_ms=now,
     )
     ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
-    out = apply_decision(store, d, now_ms=now, lease_ttl_ms=ttl_ms)
+    out, events = apply_with_events(store, d, now_ms=now, lease_ttl_ms=ttl_ms)
     if out.outcome == "rejected":
         raise InvalidInput("unload", out.reason)
+    _publish(args, config, events)
     return [{"bundle": name, "outcome": out.outcome, "reason": out.reason, "decision": d.id}]
 
 
@@ -243,16 +327,8 @@ def _control(args: argparse.Namespace) -> int:
     if not url or not bootstrap:
         print("lbctl control: needs --redis-url and --bootstrap-servers", file=sys.stderr)
         return 2
-    client_config: dict[str, Any] = {"bootstrap.servers": bootstrap}
-    for key, value in (
-        ("security.protocol", config.kafka_security_protocol),
-        ("sasl.mechanism", config.kafka_sasl_mechanism),
-        ("sasl.username", config.kafka_sasl_username),
-        ("sasl.password", config.kafka_sasl_password),
-        ("ssl.ca.location", config.kafka_ssl_ca_location),
-    ):
-        if value:
-            client_config[key] = value
+    client_config = _kafka_client_config(config, bootstrap)
+    metrics_port = metrics.serve_from_args(args)
     stats = run_loop(
         RedisStore.from_url(url, prefix=config.redis_key_prefix),
         client_config=client_config,
@@ -264,8 +340,9 @@ def _control(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         max_decision_bytes=config.max_decision_bytes,
         config=config,
+        sweep_interval_s=args.sweep_interval_s,
     )
-    print(json.dumps(stats.__dict__))
+    print(json.dumps({**stats.__dict__, "metricsPort": metrics_port}))
     return 0
 
 

@@ -9,6 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from controller.events import (
     ASSIGNED,
     EXPIRED,
+    TRANSFERRED,
     EventPublisher,
     OwnershipEvent,
     decode_event,
@@ -141,3 +142,46 @@ def test_a_lookup_that_assigns_publishes_the_assigned_event_and_a_plain_one_does
     assert [(k, e.event, e.new_owner, e.new_token) for k, e in records] == [
         (first[0], ASSIGNED, "only", first[1].token)
     ]
+
+
+def test_lbctl_verbs_publish_their_ownership_changes_unless_told_not_to(
+    fresh_redis: redis.Redis, redis_url: str, kafka_bootstrap: str, unique_topic, capsys
+) -> None:
+    import json
+    import time
+
+    from lbctl.main import main
+
+    events = unique_topic(1, "events")
+    store = RedisStore(fresh_redis)  # the CLI's default prefix
+    store.create_namespace(NS, 2)
+    now = int(time.time() * 1000)
+    for b in ("b1", "b2"):
+        store.register_broker(b, now_ms=now, ttl_ms=600_000)
+    put_load_snapshot(store, {"b1": _broker("b1", 10, 10)}, {})
+    common = ["--redis-url", redis_url, "--json", "--bootstrap-servers", kafka_bootstrap,
+              "--set", f"ownershipEventsTopic={events}"]  # fmt: skip
+
+    def run(*argv: str) -> list[dict]:
+        assert main([*argv, *common]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    [quiet] = run("lookup", f"{NS}/quiet", "--no-events")
+    assert quiet["assigned"] and quiet["owner"] == "b1"
+    nb = store.get_namespace(NS)
+    loud = next(t for t in (f"{NS}/loud{i}" for i in range(100))
+                if nb.find_bundle(t).name != quiet["bundle"])  # fmt: skip
+    [row] = run("lookup", loud)
+    [again] = run("lookup", loud)
+    assert row["assigned"] and row["owner"] == "b1" and not again["assigned"]
+    b = row["bundle"]
+    [moved] = run("unload", NS, "-b", b.rsplit("/", 1)[1], "-d", "b2")
+    assert moved["outcome"] == "applied"
+    run("split-bundle", NS, "-b", b.rsplit("/", 1)[1])
+    got = [(k, e.event, e.old_owner, e.new_owner) for k, e in read_events(kafka_bootstrap, events)]
+    expected = [
+        (b, ASSIGNED, None, "b1"),  # the --no-events lookup published nothing
+        (b, TRANSFERRED, "b1", "b2"),
+        (b, "split", "b2", None),
+    ]
+    assert got == expected

@@ -7,6 +7,7 @@ split children and the merge result, and the sweep's expired/assigned pair.
 
 from __future__ import annotations
 
+import json
 import urllib.request
 
 import redis
@@ -146,3 +147,43 @@ def test_loop_applies_decisions_publishes_their_events_sweeps_and_commits(
                      group_id="ctl", idle_timeout_s=4, clock=lambda: now)  # fmt: skip
     assert again.consumed == 0, "offsets were committed: nothing is consumed twice"
     assert len(read_events(kafka_bootstrap, events)) == len(evs), "and nothing is re-published"
+
+
+def test_lbctl_control_serves_metrics_that_count_the_applied_decision(
+    kafka_bootstrap: str, unique_topic, redis_url: str, fresh_redis: redis.Redis, capsys
+) -> None:
+    from lbctl.main import main
+
+    decisions, events = unique_topic(1, "decisions"), unique_topic(1, "events")
+    store = RedisStore(fresh_redis)  # the CLI's default prefix
+    store.create_namespace(NS, 2)
+    store.register_broker("b1", now_ms=0, ttl_ms=10**13)
+    bundle = store.get_namespace(NS).bundle_names[0]
+    lease = store.acquire(bundle, "b1", now_ms=0, ttl_ms=10**13)
+    unload = make_decision(cycle="9", kind=UNLOAD, bundle=bundle, source_broker="b1",
+                           reason="Overloaded")  # fmt: skip
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(decisions, value=encode_decision(unload))
+    p.flush(10)
+    before = (
+        metrics.REGISTRY.get_sample_value(
+            "lbctl_control_decisions_total", {"kind": "unload", "outcome": "applied"}
+        )
+        or 0.0
+    )
+    try:
+        code = main(["control", "--redis-url", redis_url, "--bootstrap-servers", kafka_bootstrap,
+                     "--group", "cli-ctl", "--max-messages", "1", "--metrics-port", "0",
+                     "--set", f"decisionsTopic={decisions}",
+                     "--set", f"ownershipEventsTopic={events}"])  # fmt: skip
+        stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        scraped = _scrape(stats["metricsPort"])
+    finally:
+        metrics.stop_all()
+    assert code == 0 and (stats["applied"], stats["events"]) == (1, 1)
+    key = 'lbctl_control_decisions_total{kind="unload",outcome="applied"}'
+    assert scraped[key] - before == 1
+    assert scraped['lbctl_ownership_events_published_total{event="released"}'] >= 1
+    assert store.owner(bundle, now_ms=1) is None
+    [(_, event)] = read_events(kafka_bootstrap, events)
+    assert (event.event, event.old_owner, event.old_token) == (RELEASED, "b1", lease.token)
