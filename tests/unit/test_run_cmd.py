@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_run_balances_the_hot_bundle_scenario_and_prints_json_lines() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "lbctl.main", "run", "--json", "--interval-seconds", "0",
+        [sys.executable, "-m", "lbctl.main", "run", "--fast", "--json", "--interval-seconds", "0",
          "--cycles", "40"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )  # fmt: skip
