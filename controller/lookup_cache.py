@@ -201,31 +201,38 @@ class LookupCache:
         if time.monotonic() - self._fresh_as_of > self.max_staleness_s:
             self.stats.fallbacks += len(topics)
             return self.store.lookup_many(topics, now_ms)
-        fulls = [normalize_topic(t) for t in topics]
-        nss = [
-            f.split("://", 1)[1].rsplit("/", 1)[0] if f.count("/") == 4 else topic_namespace(f)
-            for f in fulls
-        ]
-        # a snapshot: the tracking thread may drop an entry while we work
-        entries = {ns: self._ns.get(ns) for ns in set(nss)}
-        missing_ns = sorted(ns for ns, e in entries.items() if e is None)
-        if missing_ns:
-            entries.update(self._fill_namespaces(missing_ns))
-        bundles: list[str] = []
-        for full, ns in zip(fulls, nss):
-            entry = entries[ns]
-            assert entry is not None
-            i = bisect.bisect_right(entry.boundaries, zlib.crc32(full.encode("utf-8"))) - 1
-            bundles.append(entry.names[i if i < entry.last else entry.last])
-        leases = self._leases
-        found = [leases.get(b, _MISS) for b in bundles]
-        missing = sorted({b for b, x in zip(bundles, found) if x is _MISS})
-        filled = self._fill_leases(missing) if missing else {}
+        ns_map, leases = self._ns, self._leases
+        filled_ns: dict[str, _NsEntry] = {}  # namespaces read during this call
         out: list[tuple[str, Lease | None]] = []
-        for b, x in zip(bundles, found):
-            lease = filled[b] if x is _MISS else x
-            live = lease is not None and lease.expires_at_ms > now_ms  # type: ignore[union-attr]
-            out.append((b, lease if live else None))  # type: ignore[arg-type]
+        misses: list[int] = []
+        for topic in topics:
+            full = normalize_topic(topic)
+            ns = full.split("://", 1)[1].rsplit("/", 1)[0] if full.count("/") == 4 else None
+            if ns is None:
+                ns = topic_namespace(full)
+            entry = ns_map.get(ns) or filled_ns.get(ns)
+            if entry is None:
+                # read every namespace of the batch that is missing now, in one round trip
+                wanted = {topic_namespace(t) for t in topics} - ns_map.keys() - filled_ns.keys()
+                filled_ns.update(self._fill_namespaces(sorted(wanted | {ns})))
+                entry = filled_ns[ns]
+            i = bisect.bisect_right(entry.boundaries, zlib.crc32(full.encode("utf-8"))) - 1
+            bundle = entry.names[i if i < entry.last else entry.last]
+            lease = leases.get(bundle, _MISS)
+            if lease is _MISS:
+                misses.append(len(out))
+                out.append((bundle, None))
+            elif lease is not None and lease.expires_at_ms > now_ms:  # type: ignore[union-attr]
+                out.append((bundle, lease))  # type: ignore[arg-type]
+            else:
+                out.append((bundle, None))
+        if misses:
+            got = self._fill_leases(sorted({out[k][0] for k in misses}))
+            for k in misses:
+                bundle = out[k][0]
+                lease = got[bundle]
+                if lease is not None and lease.expires_at_ms > now_ms:
+                    out[k] = (bundle, lease)
         return out
 
     # -- fills (lookup path, caller's thread) ------------------------------------------------
