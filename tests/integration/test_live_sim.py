@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from prometheus_client import REGISTRY
 
 from controller.placement import put_load_snapshot
 from controller.redis_store import RedisStore
@@ -301,9 +303,23 @@ def test_lbctl_simulate_live_publishes_one_json_line_per_cycle(
     argv = ["simulate", str(path), "--bootstrap-servers", kafka_bootstrap]
     argv += ["--redis-url", redis_url, "--cycle-seconds", "0", "--cycles", "3", "--json"]
     argv += ["--set", f"loadReportsTopic={topic}", "--set", "redisKeyPrefix=cli"]
+    argv += ["--metrics-port", "0"]
     args = parser.parse_args(argv)
-    assert args.func(args) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    metrics = pytest.importorskip("lbctl.metrics")
+    cycles = "lbctl_simulator_cycles_total"
+    cycles_before = REGISTRY.get_sample_value(cycles) or 0.0
+    try:
+        assert args.func(args) == 0
+        out, err = capsys.readouterr()
+        port = int(err.split("metrics on port ", 1)[1].split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            exposition = resp.read().decode()
+    finally:
+        metrics.stop_all()
+    assert REGISTRY.get_sample_value(cycles) - cycles_before == 3
+    assert 'pulsar_lb_cpu_usage{broker="broker-02"}' in exposition
+    assert "lbctl_simulator_reports_published_total" in exposition
+    rows = [json.loads(line) for line in out.splitlines()]
     assert [r["cycle"] for r in rows] == [0, 1, 2]
     assert all(r["reportsPublished"] == 3 and r["ownedBundles"] == 8 for r in rows)
     records = read_reports(kafka_bootstrap, topic, 9)
