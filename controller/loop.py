@@ -45,6 +45,7 @@ from controller.events import (
 )
 from controller.placement import sweep_and_reassign
 from controller.redis_store import Lease, RedisStore
+from controller.store import OwnershipStore
 from lbctl import metrics
 from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
@@ -72,7 +73,7 @@ def _bundles_of(d: Decision) -> list[str]:
 
 
 def decision_events(
-    store: RedisStore, d: Decision, before: dict[str, Lease | None], now_ms: int
+    store: OwnershipStore, d: Decision, before: dict[str, Lease | None], now_ms: int
 ) -> list[OwnershipEvent]:
     """The ownership events of an *applied* decision.
 

@@ -20,12 +20,13 @@ Snapshot keys (prefix ``P``): ``P:load:brokers`` (broker -> JSON ``{"report": Lo
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 from controller.events import ASSIGNED, EXPIRED, EventPublisher, OwnershipEvent
 from controller.redis_store import Lease, RedisStore
+from controller.store import OwnershipStore
 from lbctl import metrics
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
@@ -126,33 +127,61 @@ def assign_with_event(
     the event is the winner's to publish; publishing it here too would announce a lease this
     process never granted.
     """
-    view = load_view(store, config, now_ms)
+    placed = place(
+        store, bundle, load_view(store, config, now_ms), config, now_ms, seed=seed, reason=reason
+    )
+    if placed.event is not None and placed.preallocated is not None:
+        doc = json.dumps(bundle_data_doc(placed.preallocated))
+        store.r.hset(f"{store.p}:prealloc:{placed.event.new_owner}", bundle, doc)
+    return placed.lease, placed.event
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What ``place`` did: the bundle's lease (None: no broker fits), the ``assigned`` event if
+    this call granted it, and the bundle's data to record as the new owner's preallocation."""
+
+    lease: Lease | None
+    event: OwnershipEvent | None = None
+    preallocated: BundleData | None = None
+
+
+def place(
+    store: OwnershipStore,
+    bundle: str,
+    view: ClusterView | None,
+    config: LoadBalancerConfig,
+    now_ms: int,
+    *,
+    seed: int = 0,
+    reason: str = "lookup",
+) -> Placement:
+    """Choose a broker for ``bundle`` over ``view`` and acquire the lease in any store.
+
+    Why separate from ``assign``: only this part needs ownership, so it runs on the
+    ``OwnershipStore`` interface (``MemoryStore`` in the fast simulator and unit tests), while
+    reading the snapshot and recording preallocations stay Redis-specific.
+    """
     if view is None:
         metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Empty").inc()
-        return None, None
+        return Placement(None)
     selector = BrokerSelector(view, config, cycle_rng(f"assign:{bundle}:{now_ms}", seed))
     dest = selector.select(bundle)
     if dest is None:
         metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Empty").inc()
-        return None, None
+        return Placement(None)
     ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
     try:
         lease = store.acquire(bundle, dest, now_ms, ttl_ms)
     except Conflict:
         metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Skip").inc()
-        return store.owner(bundle, now_ms), None
+        return Placement(store.owner(bundle, now_ms))
     metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Success").inc()
     data = selector.preallocated.get(dest, {}).get(bundle, view.bundle(bundle))
-    store.r.hset(f"{store.p}:prealloc:{dest}", bundle, json.dumps(bundle_data_doc(data)))
     event = OwnershipEvent(
-        ASSIGNED,
-        bundle,
-        now_ms,
-        new_owner=lease.broker,
-        new_token=lease.token,
-        reason=reason,
+        ASSIGNED, bundle, now_ms, new_owner=lease.broker, new_token=lease.token, reason=reason
     )
-    return lease, event
+    return Placement(lease, event, data)
 
 
 def lookup_assign_event(
@@ -220,11 +249,13 @@ def sweep_and_reassign(
 
 
 __all__ = [
+    "Placement",
     "assign",
     "assign_with_event",
     "load_view",
     "lookup_and_assign",
     "lookup_assign_event",
+    "place",
     "put_load_snapshot",
     "sweep_and_reassign",
 ]

@@ -98,3 +98,36 @@ def test_owned_by_lists_only_a_brokers_live_leases() -> None:
     s.acquire(names[2], "b1", now_ms=0, ttl_ms=1_000)
     assert s.owned_by("b0", now_ms=100) == {names[1]: keep}
     assert s.broker_info("b1") == {"id": "b1"} and s.broker_info("ghost") is None
+
+
+def test_placement_runs_on_the_memory_store_and_announces_only_its_own_grant() -> None:
+    """``controller.placement.place`` needs only the OwnershipStore interface."""
+    import json
+
+    from controller.events import ASSIGNED, OwnershipEvent
+    from controller.placement import place
+    from loadbalance.config import LoadBalancerConfig
+    from loadbalance.model import LocalBrokerData, ResourceUsage
+    from loadbalance.report_codec import report_to_dict
+    from loadbalance.snapshot import parse_snapshot
+
+    def report(name: str, cpu: float, rate: float) -> dict:
+        r = LocalBrokerData(broker=name, cpu=ResourceUsage(cpu, 100), msg_rate_in=rate)
+        return {"report": report_to_dict(r)}
+
+    s = MemoryStore()
+    s.create_namespace(NS, 4)
+    for b in ("busy", "idle"):
+        s.register_broker(b, now_ms=0, ttl_ms=10**9)
+    snap = {"nowMs": 5, "brokers": {"busy": report("busy", 95, 5000), "idle": report("idle", 5, 1)}}
+    view = parse_snapshot(json.dumps(snap)).view
+    cfg = LoadBalancerConfig(loadBalancerDistributeBundlesEvenlyEnabled=False)
+    bundle = s.get_namespace(NS).bundle_names[2]
+    first = place(s, bundle, view, cfg, now_ms=5, reason="test")
+    assert first.lease is not None and first.lease.broker == "idle"
+    assert first.event == OwnershipEvent(ASSIGNED, bundle, 5, new_owner="idle",
+                                         new_token=first.lease.token, reason="test")  # fmt: skip
+    assert first.preallocated is not None
+    again = place(s, bundle, view, cfg, now_ms=6)
+    assert again.lease == first.lease and again.event is None, "the owner is kept, not re-granted"
+    assert place(s, bundle, None, cfg, now_ms=6).lease is None
