@@ -244,7 +244,12 @@ def run_simulate_live(args: argparse.Namespace) -> int:
     from infra.topics import ensure_topics
     from producers import scoreboard
     from producers.agent_cli import _kafka_security
-    from producers.live_sim import LiveSim, TimestampedReportPublisher
+    from producers.live_sim import (
+        LiveSim,
+        TimestampedReportPublisher,
+        newest_record_ms,
+        resume_start_ms,
+    )
     from producers.scenarios import load_scenario
 
     try:
@@ -284,8 +289,14 @@ def run_simulate_live(args: argparse.Namespace) -> int:
     store = RedisStore.from_url(
         redis_url, prefix=config.redis_key_prefix, **{k: v for k, v in auth.items() if v}
     )
+    try:
+        newest_ms = newest_record_ms(bootstrap, config.load_reports_topic, security)
+    except (KafkaException, TimeoutError) as e:
+        print(f"lbctl simulate: cannot read {config.load_reports_topic}: {e}", file=sys.stderr)
+        return 1
+    start_ms = resume_start_ms(newest_ms, int(time.time() * 1000), scenario.tick_ms)
     publisher = TimestampedReportPublisher(bootstrap, config.load_reports_topic, security)
-    sim = LiveSim(scenario, config, store, publisher, seed=args.seed)
+    sim = LiveSim(scenario, config, store, publisher, seed=args.seed, start_ms=start_ms)
     metrics_on = False
     if getattr(args, "metrics_port", None) is not None:
         from lbctl import metrics

@@ -100,6 +100,50 @@ class TimestampedReportPublisher(KafkaReportPublisher):
         self._producer = None  # type: ignore[assignment]
 
 
+def newest_record_ms(
+    bootstrap_servers: str,
+    topic: str,
+    client_config: Mapping[str, Any] | None = None,
+    timeout_s: float = 10.0,
+) -> int | None:
+    """The largest record timestamp at the end of ``topic``'s partitions (None when empty).
+
+    Why: virtual time runs ahead of the wall clock, so a simulator restarted on the same topic
+    must continue after the newest report, not at "now": the streaming job's clock is the
+    newest timestamp it has seen, and reports older than that would count as late.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    from infra.offsets import earliest_offsets, latest_offsets, probe_consumer_config
+
+    low = earliest_offsets(bootstrap_servers, topic, client_config, timeout_s)
+    high = latest_offsets(bootstrap_servers, topic, client_config, timeout_s=timeout_s)
+    last = {p: end - 1 for p, end in high.items() if end > low.get(p, 0)}
+    if not last:
+        return None
+    consumer = Consumer(probe_consumer_config(bootstrap_servers, client_config))
+    newest: int | None = None
+    try:
+        consumer.assign([TopicPartition(topic, p, off) for p, off in sorted(last.items())])
+        pending = set(last)
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error() is not None or msg.offset() != last.get(msg.partition()):
+                continue
+            pending.discard(msg.partition())
+            ts = msg.timestamp()[1]
+            newest = ts if newest is None else max(newest, ts)
+    finally:
+        consumer.close()
+    return newest
+
+
+def resume_start_ms(newest_ms: int | None, now_ms: int, tick_ms: int) -> int:
+    """Virtual time of cycle 0: now, or one tick after the newest report if that is later."""
+    return now_ms if newest_ms is None else max(now_ms, newest_ms + tick_ms)
+
+
 @dataclass(frozen=True)
 class LiveCycle:
     """What one live cycle did; ``line()`` is the progress line, ``to_json()`` the JSON row."""

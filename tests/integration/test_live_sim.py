@@ -327,6 +327,14 @@ def test_lbctl_simulate_live_publishes_one_json_line_per_cycle(
     assert [b - a for a, b in itertools.pairwise(stamps)] == [60_000, 60_000]
     assert fresh_redis.scard("cli:brokers") == 3
 
+    # A second run on the same topic continues virtual time after the newest report (which is
+    # minutes ahead of the wall clock), so the streaming job never sees time go backwards.
+    argv[argv.index("--cycles") + 1] = "1"
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    again = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["virtualMs"] for r in again] == [stamps[-1] + 60_000]
+
 
 def test_lbctl_simulate_live_stops_cleanly_on_sigterm(
     redis_url: str, kafka_bootstrap: str, unique_topic: Callable[..., str], fresh_redis: redis.Redis

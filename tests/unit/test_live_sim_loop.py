@@ -20,7 +20,7 @@ import redis
 
 from loadbalance.config import LoadBalancerConfig
 from producers import cli
-from producers.live_sim import LiveCycle, LiveSim
+from producers.live_sim import LiveCycle, LiveSim, resume_start_ms
 from producers.scenarios import parse_scenario
 
 DOC = {
@@ -132,3 +132,9 @@ def test_live_mode_without_services_is_a_usage_error(monkeypatch: pytest.MonkeyP
     _clear_lb_env(monkeypatch)
     args = _args()
     assert args.func(args) == 2
+
+
+def test_virtual_time_resumes_after_the_newest_report_never_behind_the_wall_clock() -> None:
+    assert resume_start_ms(None, 1_000, 60_000) == 1_000
+    assert resume_start_ms(500_000, 1_000, 60_000) == 560_000  # a previous run ran ahead
+    assert resume_start_ms(100, 1_000_000, 60_000) == 1_000_000  # an old topic: now wins
