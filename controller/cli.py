@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lbctl import metrics
 from lbctl.config_cmd import add_config_arguments, load_from_args
@@ -25,6 +25,13 @@ from loadbalance.config import ConfigError
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.split_algorithms import ALL_ALGORITHMS, split_boundaries
+
+if TYPE_CHECKING:  # the Redis client is imported only by the verbs that run
+    from controller.events import OwnershipEvent
+    from controller.redis_store import RedisStore
+    from controller.store import Lease, OwnershipStore
+    from loadbalance.bundles import NamespaceBundles
+    from loadbalance.config import LoadBalancerConfig
 
 
 def _now_ms() -> int:
@@ -119,7 +126,7 @@ def _add_event_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _kafka_client_config(config: Any, bootstrap: str) -> dict[str, Any]:
+def _kafka_client_config(config: LoadBalancerConfig, bootstrap: str) -> dict[str, Any]:
     """``bootstrap.servers`` plus the SASL/SSL settings that are set in the configuration."""
     client_config: dict[str, Any] = {"bootstrap.servers": bootstrap}
     for key, value in (
@@ -134,7 +141,9 @@ def _kafka_client_config(config: Any, bootstrap: str) -> dict[str, Any]:
     return client_config
 
 
-def _publish(args: argparse.Namespace, config: Any, events: list[Any]) -> str | None:
+def _publish(
+    args: argparse.Namespace, config: LoadBalancerConfig, events: list[OwnershipEvent]
+) -> str | None:
     """Deliver a verb's ownership events when Kafka is configured and events are wanted.
 
     Returns the topic they went to (None when nothing was published). A delivery failure raises
@@ -192,24 +201,30 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     Console(width=160).print(table)
 
 
-def _ns_create(store, args, config) -> list[dict[str, Any]]:
+def _ns_create(
+    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     n = args.bundles or config.default_number_of_namespace_bundles
     store.create_namespace(args.namespace, n)
     return [{"namespace": args.namespace, "bundles": n}]
 
 
-def _ns_list(store, args, config) -> list[dict[str, Any]]:
+def _ns_list(
+    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     return [{"namespace": ns} for ns in store.list_namespaces()]
 
 
-def _require(store, ns: str):
+def _require(store: OwnershipStore, ns: str) -> NamespaceBundles:
     nb = store.get_namespace(ns)
     if nb is None:
         raise InvalidInput("namespace", f"unknown namespace {ns}")
     return nb
 
 
-def _ns_bundles(store, args, config) -> list[dict[str, Any]]:
+def _ns_bundles(
+    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     nb = _require(store, args.namespace)
     return [
         {"bundle": r.name, "lower": f"0x{r.lower:08x}", "upper": f"0x{r.upper:08x}",
@@ -218,7 +233,7 @@ def _ns_bundles(store, args, config) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def _lease_row(bundle: str, lease) -> dict[str, Any]:
+def _lease_row(bundle: str, lease: Lease | None) -> dict[str, Any]:
     return {
         "bundle": bundle,
         "owner": lease.broker if lease else None,
@@ -227,7 +242,9 @@ def _lease_row(bundle: str, lease) -> dict[str, Any]:
     }
 
 
-def _lookup(store, args, config) -> list[dict[str, Any]]:
+def _lookup(
+    store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     from controller.placement import lookup_assign_event
 
     event = None
@@ -239,13 +256,15 @@ def _lookup(store, args, config) -> list[dict[str, Any]]:
     return [{"topic": args.topic, **_lease_row(bundle, lease), "assigned": event is not None}]
 
 
-def _owners(store, args, config) -> list[dict[str, Any]]:
+def _owners(
+    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     nb = _require(store, args.namespace)
     owners = store.owners(args.namespace, _now_ms())
     return [_lease_row(b, owners.get(b)) for b in nb.bundle_names]
 
 
-def _bundle_name(store, ns: str, rng: str) -> str:
+def _bundle_name(store: OwnershipStore, ns: str, rng: str) -> str:
     nb = _require(store, ns)
     name = f"{ns}/{rng}"
     if not nb.contains(name):
@@ -253,7 +272,9 @@ def _bundle_name(store, ns: str, rng: str) -> str:
     return name
 
 
-def _split(store, args, config) -> list[dict[str, Any]]:
+def _split(
+    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     from loadbalance.bundles import parse_bundle
 
     name = _bundle_name(store, args.namespace, args.bundle)
@@ -282,7 +303,9 @@ def _split(store, args, config) -> list[dict[str, Any]]:
     return [{"bundle": b, "version": nb.version} for b in children]
 
 
-def _unload(store, args, config) -> list[dict[str, Any]]:
+def _unload(
+    store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     from controller.loop import apply_with_events
 
     name = _bundle_name(store, args.namespace, args.bundle)
@@ -309,7 +332,9 @@ def _unload(store, args, config) -> list[dict[str, Any]]:
     return [{"bundle": name, "outcome": out.outcome, "reason": out.reason, "decision": d.id}]
 
 
-def _brokers_list(store, args, config) -> list[dict[str, Any]]:
+def _brokers_list(
+    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     return [{"broker": b} for b in store.live_brokers(_now_ms())]
 
 
@@ -346,12 +371,16 @@ def _control(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decisions_tail(store, args, config) -> list[dict[str, Any]]:
+def _decisions_tail(
+    store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     entries = store.r.xrevrange(f"{store.p}:outcome-stream", count=max(1, args.n))
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
 
 
-def _broker_load(store, args, config) -> list[dict[str, Any]]:
+def _broker_load(
+    store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
+) -> list[dict[str, Any]]:
     raw = store.r.hget(f"{store.p}:load:brokers", args.broker)
     if raw is None:
         raise InvalidInput("broker", f"broker unknown or without a load report: {args.broker}")
