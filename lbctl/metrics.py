@@ -20,6 +20,17 @@ Deviations from Pulsar, on purpose:
 - Counters are exposed the Prometheus-client way: ``<name>_total`` (Pulsar's names already end in
   ``_total``), and the ``_created`` series are disabled to keep the exposition Pulsar-shaped.
 
+Who counts what (so that a sum over processes never counts one thing twice):
+
+- the stream job (the decider) exports the ``pulsar_lb_*`` usage gauges of every broker from its
+  averaged view, the score stats, and the unload/split counters and breakdowns of the decisions
+  it published (Pulsar counts them where it decides, too);
+- the control loop counts what applying each decision did in ``lbctl_control_decisions_total``
+  (kind, outcome), ownership events and lookups, and ``pulsar_lb_assign_broker_breakdown_total``
+  for placements it makes; it does not count unloads or splits again;
+- a broker agent exports its own host usage under the ``pulsar_lb_*`` names (as a Pulsar broker
+  does), its reports and its lease renewals; the simulator its cycles and reports.
+
 Updating a metric costs a lock and an add; callers update per batch or per cycle, never per record,
 so the hot path is not measurably slower.
 

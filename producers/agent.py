@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from lbctl import metrics
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.errors import InvalidInput, LoadBalancerError, Transient
@@ -250,17 +251,22 @@ class Agent:
             pulsar_service_url=self.pulsar_service_url,
         )
         self._keep_leases(report, now_ms)
+        self._host_gauges(report)
         verdict = self.rule.verdict(self.last_published, self.last_published_ms, report, now_ms)
         self.last_verdict = verdict
         if not verdict.publish:
+            metrics.AGENT_CHECKS.labels(published="false").inc()
             return False
         try:
             self.publisher.publish(self.broker_id, encode_report(report))
         except LoadBalancerError as e:
             log.warning("report not published, retrying at the next check: %s", e)
+            metrics.AGENT_CHECKS.labels(published="false").inc()
             return False
         self.last_published, self.last_published_ms = report, now_ms
         self.published_count += 1
+        metrics.AGENT_CHECKS.labels(published="true").inc()
+        metrics.AGENT_REPORTS_PUBLISHED.inc()
         log.info(
             "published report broker=%s bundles=%d max_usage=%.1f%% msg_rate=%.1f/s "
             "throughput=%.0fB/s (%s)",
@@ -273,6 +279,17 @@ class Agent:
         )
         return True
 
+    def _host_gauges(self, report: LocalBrokerData) -> None:
+        """This broker's usage under Pulsar's names, as a Pulsar broker exports its own."""
+        metrics.set_broker_usage(
+            self.broker_id,
+            cpu=report.cpu.percent_usage(),
+            memory=report.memory.percent_usage(),
+            direct_memory=report.direct_memory.percent_usage(),
+            bandwidth_in=report.bandwidth_in.percent_usage(),
+            bandwidth_out=report.bandwidth_out.percent_usage(),
+        )
+
     def _keep_leases(self, report: LocalBrokerData, now_ms: int) -> None:
         if self.lease_keeper is None:
             return
@@ -280,8 +297,11 @@ class Agent:
             renewed = self.lease_keeper.heartbeat(report.bundles, now_ms)
         except Exception as e:  # Redis down: keep reporting, the next check retries
             log.warning("broker heartbeat/lease renewal failed: %s", e)
+            metrics.LEASE_RENEWALS.labels(result="failed").inc()
             return
         lost = sorted(b for b, ok in renewed.items() if not ok)
+        metrics.LEASE_RENEWALS.labels(result="renewed").inc(len(renewed) - len(lost))
+        metrics.LEASE_RENEWALS.labels(result="lost").inc(len(lost))
         if lost:
             log.warning("leases not renewed (lost to another owner?): %s", ", ".join(lost))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lbctl import metrics
 from lbctl.config_cmd import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError
 
@@ -62,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--once", action="store_true", help="one check, then exit (0 = published)")
     add_config_arguments(p)
+    metrics.add_metrics_argument(p)
     p.set_defaults(func=run_agent)
 
 
@@ -95,6 +97,11 @@ def run_agent(args: argparse.Namespace) -> int:
         usage = PsutilHostUsage(args.cpu_limit_percent, args.nic_speed_mbps)
     except ValueError as e:
         print(f"lbctl agent: {e}", file=sys.stderr)
+        return 2
+    try:
+        metrics.serve_from_args(args)
+    except OSError as e:
+        print(f"lbctl agent: metrics endpoint: {e}", file=sys.stderr)
         return 2
     keeper = None
     redis_url = args.redis_url or config.redis_url

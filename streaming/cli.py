@@ -17,6 +17,7 @@ log = logging.getLogger("streaming.cli")
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     from lbctl.config_cmd import add_config_arguments
+    from lbctl.metrics import add_metrics_argument
     from streaming.job import DEFAULT_SHARDS
 
     parser.add_argument(
@@ -72,6 +73,7 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         "--shuffle-partitions", type=int, default=2, help="state partitions for a new checkpoint"
     )
     add_config_arguments(parser)
+    add_metrics_argument(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -91,6 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_stream(args: argparse.Namespace) -> int:
     from infra.topics import ensure_topics
+    from lbctl import metrics
     from lbctl.config_cmd import load_from_args
     from loadbalance.config import ConfigError
     from streaming.job import StreamSettings, spark_session, start_query
@@ -103,6 +106,11 @@ def run_stream(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
     if not bootstrap:
         print("lbctl stream: no Kafka: give --bootstrap-servers", file=sys.stderr)
+        return 2
+    try:
+        metrics.serve_from_args(args)
+    except OSError as e:
+        print(f"lbctl stream: metrics endpoint: {e}", file=sys.stderr)
         return 2
     client_config = kafka_security(config)
     ensure_topics(

@@ -28,17 +28,21 @@ the controller's de-duplication exists for.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lbctl import metrics
 from loadbalance.config import LoadBalancerConfig
-from loadbalance.cycle import MINUTE_MS, CycleState, step
-from loadbalance.decisions import encode_decision
+from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step
+from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
+from loadbalance.shedding.registry import make_shedder
 from streaming.driver_view import DriverView
-from streaming.schema import DEAD
+from streaming.schema import BROKER, BROKER_GONE, DEAD
 from streaming.sinks import KafkaSink, MemoryProgress, Progress, RedisProgress
 
 log = logging.getLogger("streaming.decide")
@@ -58,6 +62,113 @@ def policies_due(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> 
     return due(state.last_split_ms, config.load_balancer_split_interval_minutes) or due(
         state.last_shedding_ms, config.load_balancer_shedding_interval_minutes
     )
+
+
+_USAGE_KEYS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
+
+
+def usage_percents(doc: str) -> tuple[float, float, float, float, float]:
+    """CPU, memory, direct memory, bandwidth in/out usage in percent from a report document.
+
+    Why not ``json.loads(doc)``: the document carries the broker's bundle list (thousands of
+    names) after the usage fields, and the driver view already pays for one full parse per
+    report; the head before ``"bundles"`` is all the gauges need. A JSON string cannot hold an
+    unescaped ``"``, so the first ``,"bundles":`` is the top-level key; anything odd falls back to
+    the full parse.
+    """
+    cut = doc.find(',"bundles":')
+    try:
+        head = json.loads(doc[:cut] + "}") if cut > 0 else json.loads(doc)
+    except ValueError:
+        head = json.loads(doc)
+    out = []
+    for key in _USAGE_KEYS:
+        r = head.get(key)
+        usage = limit = 0.0
+        if isinstance(r, dict):
+            usage, limit = float(r.get("usage") or 0.0), float(r.get("limit") or 0.0)
+        out.append(usage / limit * 100.0 if limit > 0 else 0.0)  # Pulsar's percentUsage()
+    return out[0], out[1], out[2], out[3], out[4]
+
+
+class StreamMetrics:
+    """The stream job's Prometheus updates, once per batch (never per record).
+
+    Keeps every broker's score so that ``pulsar_lb_resource_usage_stats`` is over the whole
+    cluster, not only the brokers that reported in this batch. Input rows are counted by the
+    query listener in ``streaming.job`` (Spark knows the source's row count; this stage only sees
+    the state step's output).
+    """
+
+    def __init__(self, shedder_name: str) -> None:
+        self.shedder_name = shedder_name
+        self.scores: dict[str, float] = {}
+
+    def seed(self, brokers: Mapping[str, str | bytes]) -> None:
+        """Gauges from the snapshot the view was seeded with (so they are right from the start)."""
+        self.scores = {}
+        for name, raw in brokers.items():
+            doc = json.loads(raw)
+            self._set(name, json.dumps(doc.get("report") or {}), float(doc["historyUsage"]))
+        metrics.forget_brokers(self.scores)
+        self._stats()
+
+    def _set(self, broker: str, report_doc: str, score: float) -> None:
+        cpu, mem, direct, bw_in, bw_out = usage_percents(report_doc)
+        metrics.set_broker_usage(
+            broker, cpu=cpu, memory=mem, direct_memory=direct, bandwidth_in=bw_in,
+            bandwidth_out=bw_out,
+        )  # fmt: skip
+        metrics.set_broker_score(broker, max_ema=score)
+        self.scores[broker] = score
+
+    def _stats(self) -> None:
+        if not self.scores:
+            return
+        values = list(self.scores.values())
+        avg = sum(values) / len(values)
+        var = max(0.0, sum(v * v for v in values) / len(values) - avg * avg)
+        metrics.set_resource_usage_stats(avg, math.sqrt(var))
+
+    def brokers(self, pdf: Any) -> None:
+        """Usage gauges of the brokers this batch reported; drop the ones that went away."""
+        kinds = pdf["kind"]
+        reported = set()
+        for row in pdf[kinds == BROKER][["name", "doc", "history_usage"]].itertuples(index=False):
+            self._set(row.name, row.doc, float(row.history_usage))
+            reported.add(row.name)
+        gone = [n for n in pdf.loc[kinds == BROKER_GONE, "name"].tolist() if n not in reported]
+        for name in gone:
+            self.scores.pop(name, None)
+        if gone:
+            metrics.forget_brokers(self.scores)
+        if reported or gone:
+            self._stats()
+
+    def decisions(self, decisions: Iterable[Decision], result: CycleResult | None) -> None:
+        """Decisions by kind and reason, and Pulsar's unload/split counters and breakdowns."""
+        unloads, splits = [], []
+        for d in decisions:
+            metrics.DECISIONS_PUBLISHED.labels(kind=d.kind, reason=d.reason or "Unknown").inc()
+            if d.kind in (UNLOAD, TRANSFER):
+                unloads.append((d.source_broker or "", d.reason))
+            elif d.kind == SPLIT:
+                splits.append(d.reason)
+        metrics.record_unloads(unloads)
+        metrics.record_splits(splits)
+        if result is not None and result.shedding_ran and not unloads:
+            # Pulsar counts a shedding cycle that unloaded nothing once, with its skip reason.
+            reasons = [s.reason for s in result.skips if s.policy == self.shedder_name]
+            metrics.record_unload_skip(reasons[0] if reasons else "Balanced")
+
+    @staticmethod
+    def batch(stats: BatchStats, n_brokers: int, n_bundles: int) -> None:
+        metrics.STREAM_BATCHES.inc()
+        metrics.STREAM_LAST_BATCH_ID.set(stats.batch_id)
+        metrics.STREAM_BATCH_DURATION.observe(stats.duration_ms / 1000.0)
+        metrics.STREAM_DEAD_LETTERS.inc(stats.dead_letters)
+        metrics.STREAM_BROKERS.set(n_brokers)
+        metrics.STREAM_BUNDLES.set(n_bundles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +200,7 @@ class DecisionStage:
     _progress_store: RedisProgress | None = field(default=None, init=False)
     _progress: Progress | None = field(default=None, init=False)
     _view: DriverView | None = field(default=None, init=False)
+    _metrics: StreamMetrics | None = field(default=None, init=False)
 
     def _start(self) -> None:
         """Connect and seed the view from Redis (once, at the first batch after start-up)."""
@@ -101,6 +213,8 @@ class DecisionStage:
             self._progress = self._progress_store.read()
             brokers, bundles = self._progress_store.read_snapshot()
             self._view = DriverView.from_snapshot(brokers, bundles)
+            self._metrics = StreamMetrics(make_shedder(self.config.shedding_strategy_name).name)
+            self._safely(self._metrics.seed, brokers)
             log.info(
                 "seeded from Redis: last batch %d, %d brokers, %d bundles",
                 self._progress.batch,
@@ -142,7 +256,7 @@ class DecisionStage:
         max_event_ms = int(pdf["event_ms"].max()) if len(pdf) else 0
         now_ms = max(progress.now_ms, max_event_ms)
         self._view.apply(pdf)
-        cycle_state, decisions = progress.cycle_state, ()
+        cycle_state, decisions, result = progress.cycle_state, (), None
         if len(pdf) and policies_due(progress.cycle_state, self.config, now_ms):
             namespaces = self._progress_store.pending_namespaces(batch_id)
             if namespaces is None:
@@ -162,6 +276,9 @@ class DecisionStage:
             for d in decisions:
                 sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
         sink.flush()
+        assert self._metrics is not None
+        self._safely(self._metrics.brokers, pdf)
+        self._safely(self._metrics.decisions, decisions, result)
         new = Progress(batch_id, now_ms, cycle_state)
         self._progress_store.commit(new, *self._view.take_changes())
         self._progress = new
@@ -174,19 +291,27 @@ class DecisionStage:
             len(decisions),
             duration_ms,
         )
-        self._report(
-            BatchStats(
-                batch_id,
-                len(pdf),
-                len(dead),
-                len(decisions),
-                duration_ms,
-                now_ms,
-                max_event_ms,
-                decision_ids=tuple(d.id for d in decisions),
-                collect_ms=collect_ms,
-            )
+        stats = BatchStats(
+            batch_id,
+            len(pdf),
+            len(dead),
+            len(decisions),
+            duration_ms,
+            now_ms,
+            max_event_ms,
+            decision_ids=tuple(d.id for d in decisions),
+            collect_ms=collect_ms,
         )
+        self._safely(StreamMetrics.batch, stats, len(self._view.broker_names), len(self._view))
+        self._report(stats)
+
+    @staticmethod
+    def _safely(fn: Callable[..., None], *args: Any) -> None:
+        """Run a metrics update; a metrics bug must never fail (and so replay) a batch."""
+        try:
+            fn(*args)
+        except Exception:
+            log.warning("metrics update %s failed", getattr(fn, "__name__", fn), exc_info=True)
 
     def _report(self, stats: BatchStats) -> None:
         if self.on_batch is not None:

@@ -141,7 +141,56 @@ def start_query(
         writer = writer.trigger(availableNow=True)
     elif settings.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
-    return writer.start()
+    listener = progress_listener(spark)
+    query = writer.start()
+    listener.watch(str(query.id))
+    return query
+
+
+_LISTENERS: dict[int, Any] = {}
+
+
+def progress_listener(spark: Any) -> Any:
+    """The session's query listener that counts input rows (one per session, made on demand).
+
+    Why a listener: Spark counts the rows each micro-batch read from the source
+    (``numInputRows``); the decision stage sees only the state step's output, which has one row
+    per touched bundle or broker, not per report. Progress events arrive once per batch on
+    Spark's listener bus, off the batch's own thread, so counting costs the batch nothing.
+    Only queries started by ``start_query`` are counted.
+    """
+    key = id(spark)
+    if key in _LISTENERS:
+        return _LISTENERS[key]
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from lbctl import metrics
+
+    class InputRowsListener(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.queries: set[str] = set()
+
+        def watch(self, query_id: str) -> None:
+            self.queries.add(query_id)
+
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            progress = event.progress
+            if str(progress.id) in self.queries:
+                metrics.STREAM_INPUT_ROWS.inc(max(0, int(progress.numInputRows or 0)))
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            self.queries.discard(str(event.id))
+
+    listener = InputRowsListener()
+    spark.streams.addListener(listener)
+    _LISTENERS[key] = listener
+    return listener
 
 
 def main(argv: list[str] | None = None) -> int:
