@@ -306,7 +306,7 @@ class LookupCache:
             self._ns.clear()
             self._leases.clear()
             self._pending.clear()
-        self.stats.flushes += 1
+            self.stats.flushes += 1  # under the lock: _apply_inbox uses it as an epoch
 
     # -- tracking thread ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -414,5 +414,11 @@ class LookupCache:
         got = self._read_leases(sorted(set(refresh)))
         with self._lock:
             if self.stats.flushes == flushes:
-                self._leases.update(got)
+                for bundle, lease in got.items():
+                    if lease is None:
+                        # released, swept or split away: forget it (a lookup re-reads it), so
+                        # bundles that no longer exist do not pile up
+                        del self._leases[bundle]
+                    else:
+                        self._leases[bundle] = lease
         self.stats.refreshed += len(got)
