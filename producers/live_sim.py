@@ -155,6 +155,7 @@ class LiveCycle:
     bundles: int
     owned: int
     assigned: int
+    moved: int
     published: int
     events: tuple[str, ...]
     usage: Mapping[str, float]
@@ -169,6 +170,7 @@ class LiveCycle:
             "bundles": self.bundles,
             "ownedBundles": self.owned,
             "assigned": self.assigned,
+            "moved": self.moved,
             "reportsPublished": self.published,
             "events": list(self.events),
             "usage": dict(self.usage),
@@ -180,6 +182,7 @@ class LiveCycle:
         peak = max(values, default=0.0) * 100
         mean = (sum(values) / len(values) * 100) if values else 0.0
         extra = f"  lookups {self.assigned}" if self.assigned else ""
+        extra += f"  moved {self.moved}" if self.moved else ""
         extra += f"  events {','.join(self.events)}" if self.events else ""
         return (
             f"cycle {self.cycle:4d}  virtual {stamp}  brokers {len(self.brokers):2d}  "
@@ -224,6 +227,7 @@ class LiveSim:
         self._stop = threading.Event()
         self.cycles_done = 0
         self.last: LiveCycle | None = None
+        self._owners_before: dict[str, str] = {}
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -356,6 +360,9 @@ class LiveSim:
         leases = self.leases(namespaces, now_ms)
         assigned = self._lookups(namespaces, leases, now_ms)
         owners = {b: lease.broker for b, lease in leases.items()}
+        # owner changes made outside the simulator since the last cycle (the controller's)
+        moved = sum(1 for b, o in owners.items() if self._owners_before.get(b, o) != o)
+        self._owners_before = owners
         live = sorted(self.live)
         model_reports, _ = reports_at(
             self.scenario.model, namespaces, owners, live, cycle * self.tick_ms, self.rng
@@ -387,6 +394,7 @@ class LiveSim:
             bundles=sum(len(nb) for nb in namespaces.values()),
             owned=sum(1 for b in owners.values() if b in self.live),
             assigned=assigned,
+            moved=moved,
             published=published,
             events=tuple(events),
             usage={b: self.weights.weighted_max(r) for b, r in reports.items()},

@@ -175,7 +175,9 @@ def test_a_transfer_in_redis_moves_the_bundle_in_the_next_reports(
     dest = next(b for b in scenario.initial_brokers if b != lease.broker)
     store.transfer(bundle, lease.broker, lease.token, dest, clock(), 30_000)
     transfer_expiry_ms = clock() + 30_000
-    play(sim, clock, range(1, 3))
+    assert sim.tick(1).moved == 1  # the simulator saw the owner change in Redis
+    clock.now_ms += WALL_STEP_MS
+    play(sim, clock, range(2, 3))
     sim.publisher.close()
 
     by_cycle: dict[int, dict[str, LocalBrokerData]] = {}

@@ -46,7 +46,7 @@ class ScriptedSim(LiveSim):
         if cycle in self.fail_at:
             self.fail_at.discard(cycle)
             raise redis.ConnectionError("down")
-        return LiveCycle(cycle, self.virtual_ms(cycle), 0, (), 4, 4, 0, 2, (), {}, {})
+        return LiveCycle(cycle, self.virtual_ms(cycle), 0, (), 4, 4, 0, 0, 2, (), {}, {})
 
 
 def test_run_plays_the_requested_cycles_and_paces_them() -> None:
@@ -89,6 +89,7 @@ def test_progress_line_and_json_row() -> None:
         bundles=12,
         owned=10,
         assigned=2,
+        moved=3,
         published=2,
         events=("crash:b",),
         usage={"a": 0.5, "b": 0.3},
@@ -97,7 +98,7 @@ def test_progress_line_and_json_row() -> None:
     line = r.line()
     assert line.startswith("cycle    7  virtual 2023-11-14T22:14:00Z  brokers  2")
     assert "owned   10/12" in line and "reports  2" in line and "max  50.0%" in line
-    assert "lookups 2" in line and "events crash:b" in line
+    assert "lookups 2" in line and "moved 3" in line and "events crash:b" in line
     row = r.to_json()
     assert row["ownedBundles"] == 10 and row["reportsPublished"] == 2 and row["usage"]["a"] == 0.5
 
