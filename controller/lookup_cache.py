@@ -18,9 +18,10 @@ What an invalidation does:
   re-read on the next lookup into it.
 * ``<p>:lease:<bundle>`` changed (acquire, renew, transfer, release, sweep, or a reshape that
   deleted it): a cached entry is **re-read by the tracking thread** (one pipelined ``HMGET``
-  per burst of messages) and replaced; entries not cached are ignored. Re-reading instead of
-  dropping matters because every lease renewal is a write: dropping would turn each renewal
-  into a miss on the lookup path.
+  per burst of messages) and replaced, or forgotten if the lease is gone; entries not cached
+  are ignored. Re-reading instead of dropping matters because every lease renewal is a write:
+  dropping would turn each renewal into a miss on the lookup path
+  (``refresh_on_invalidate=False`` drops instead, for clusters where lookups are rare).
 * A ``null`` invalidation (``FLUSHALL``/``FLUSHDB``) or a lost tracking connection: everything
   is dropped; after reconnecting and re-enabling tracking the cache fills again from Redis.
 
@@ -418,7 +419,7 @@ class LookupCache:
                     if lease is None:
                         # released, swept or split away: forget it (a lookup re-reads it), so
                         # bundles that no longer exist do not pile up
-                        del self._leases[bundle]
+                        self._leases.pop(bundle, None)
                     else:
                         self._leases[bundle] = lease
         self.stats.refreshed += len(got)
