@@ -264,3 +264,16 @@ def test_no_forever_stale_entry_under_concurrent_churn(store, writer, cache) -> 
     elapsed = _await(lambda: cache.lookup_many(topics, 10) == expected, cache.max_staleness_s)
     assert elapsed <= cache.max_staleness_s
     assert [cache.lookup(x, 10) for x in topics] == expected
+
+
+def test_drop_mode_forgets_on_invalidation_and_rereads_on_lookup(store, writer) -> None:
+    bundle = store.get_namespace(NS).bundle_names[6]
+    lease = store.acquire(bundle, "b1", now_ms=0, ttl_ms=FOREVER)
+    topic = _topic_in(store, bundle)
+    with LookupCache(store, max_staleness_ms=MAX_STALENESS_MS, refresh_on_invalidate=False) as c:
+        assert _owner(c, topic, 10) == "b1"
+        misses = c.stats.misses
+        writer.transfer(bundle, "b1", lease.token, "b2", now_ms=10, ttl_ms=FOREVER)
+        elapsed = _await(lambda: _owner(c, topic, 10) == "b2", c.max_staleness_s)
+        assert elapsed <= c.max_staleness_s
+        assert c.stats.misses == misses + 1 and c.stats.refreshed == 0
