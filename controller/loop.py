@@ -10,9 +10,10 @@ Pulsar's service-unit state channel lets other systems follow ownership), and so
 the periodic sweep finds expired and every bundle it places again. A record's offset is
 committed only after its events are flushed to Kafka.
 
-Known gap: if the process dies after the Redis change and before the events are flushed, the
-replayed decision is a ``duplicate`` (or ``already_satisfied``) and its events are not sent
-again; the sweep and lookups keep publishing later changes, and Redis stays the truth.
+A process killed between the Redis change and the flush does not lose the events: the leases
+read before applying are saved in a Redis outbox first, and the replayed record (found
+``already_satisfied`` or ``duplicate``) publishes them from there. Sweep events have no outbox:
+a sweep killed before its flush loses its ``expired``/``assigned`` events (Redis stays right).
 
 Consumer settings follow DESIGN.md §6: ``session.timeout.ms=6000`` and
 ``max.poll.interval.ms=10000`` keep a group join on the embedded broker to a few seconds.
@@ -31,7 +32,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError
 
-from controller.apply import APPLIED, REJECTED, Outcome, apply_decision
+from controller.apply import (
+    ALREADY_SATISFIED,
+    APPLIED,
+    DUPLICATE,
+    REJECTED,
+    Outcome,
+    apply_decision,
+    outcome_of,
+)
 from controller.events import (
     ASSIGNED,
     MERGED,
@@ -117,15 +126,69 @@ def decision_events(
     return []
 
 
+def _outbox_key(store: RedisStore) -> str:
+    return f"{store.p}:event-outbox"
+
+
+def _encode_before(before: dict[str, Lease | None]) -> str:
+    return json.dumps(
+        {b: [x.broker, x.token, x.expires_at_ms] if x else None for b, x in before.items()}
+    )
+
+
+def _decode_before(raw: bytes) -> dict[str, Lease | None]:
+    return {
+        b: Lease(b, v[0], int(v[1]), int(v[2])) if v else None for b, v in json.loads(raw).items()
+    }
+
+
+def _effect_holds(store: RedisStore, outcome: Outcome) -> bool:
+    """Whether the decision's change is in Redis: applied now, found made, or a duplicate of
+    one that was applied or found made."""
+    if outcome.outcome in (APPLIED, ALREADY_SATISFIED):
+        return True
+    if outcome.outcome == DUPLICATE:
+        first = outcome_of(store, outcome.decision_id)
+        return first is not None and first.outcome in (APPLIED, ALREADY_SATISFIED)
+    return False
+
+
 def apply_with_events(
-    store: RedisStore, d: Decision, *, now_ms: int, lease_ttl_ms: int, dry_run: bool = False
+    store: RedisStore,
+    d: Decision,
+    *,
+    now_ms: int,
+    lease_ttl_ms: int,
+    dry_run: bool = False,
+    outbox: bool = False,
 ) -> tuple[Outcome, list[OwnershipEvent]]:
-    """``apply_decision``, plus the events to publish when it was applied (see above)."""
-    before = {} if dry_run else {b: store.owner(b, now_ms) for b in _bundles_of(d)}
-    outcome = apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run)
-    if outcome.outcome != APPLIED:
-        return outcome, []
-    return outcome, decision_events(store, d, before, now_ms)
+    """``apply_decision``, plus the events to publish when it was applied (see above).
+
+    With ``outbox``, the leases read before applying are first saved in Redis
+    (``P:event-outbox``, by decision id) and stay there until ``clear_outbox`` after the events
+    are delivered. Why: a process killed after the Redis change but before Kafka had the events
+    replays the record and finds the change made (``already_satisfied``) or recorded
+    (``duplicate``); the saved entry says this decision's events may be unannounced, and gives
+    the old owners and tokens to announce them with.
+    """
+    if dry_run:
+        return apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, dry_run=True), []
+    saved = store.r.hget(_outbox_key(store), d.id) if outbox else None
+    if saved is not None:
+        before = _decode_before(saved)
+    else:
+        before = {b: store.owner(b, now_ms) for b in _bundles_of(d)}
+        if outbox:
+            store.r.hset(_outbox_key(store), d.id, _encode_before(before))
+    outcome = apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms)
+    if outcome.outcome == APPLIED or (saved is not None and _effect_holds(store, outcome)):
+        return outcome, decision_events(store, d, before, now_ms)
+    return outcome, []
+
+
+def clear_outbox(store: RedisStore, decision_id: str) -> None:
+    """Forget a decision's saved leases once its events are delivered (or it had none)."""
+    store.r.hdel(_outbox_key(store), decision_id)
 
 
 def run_loop(
@@ -224,15 +287,17 @@ def run_loop(
                 consumer.commit(message=msg, asynchronous=False)
                 continue
             outcome, events = apply_with_events(
-                store, d, now_ms=now, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run
+                store, d, now_ms=now, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run, outbox=True
             )
             log.info(
                 "%s %s %s: %s %s", d.id[:12], d.kind, d.bundle, outcome.outcome, outcome.reason
             )
             metrics.CONTROL_DECISIONS.labels(kind=d.kind, outcome=outcome.outcome).inc()
+            deliver(events)  # usually an applied decision's; or a replay's unannounced ones
+            if not dry_run:
+                clear_outbox(store, d.id)
             if outcome.outcome == APPLIED:
                 stats.applied += 1
-                deliver(events)
             elif outcome.outcome == REJECTED:
                 stats.rejected += 1
             else:
@@ -248,4 +313,4 @@ def run_loop(
     return stats
 
 
-__all__ = ["LoopStats", "apply_with_events", "decision_events", "run_loop"]
+__all__ = ["LoopStats", "apply_with_events", "clear_outbox", "decision_events", "run_loop"]

@@ -8,7 +8,11 @@ split children and the merge result, and the sweep's expired/assigned pair.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import redis
 from confluent_kafka import Producer
@@ -35,6 +39,7 @@ from loadbalance.report_codec import report_to_dict
 from tests.integration.test_assignment import read_events
 
 NS = "acme/loop"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str) -> dict:
@@ -187,3 +192,61 @@ def test_lbctl_control_serves_metrics_that_count_the_applied_decision(
     assert store.owner(bundle, now_ms=1) is None
     [(_, event)] = read_events(kafka_bootstrap, events)
     assert (event.event, event.old_owner, event.old_token) == (RELEASED, "b1", lease.token)
+
+
+def _control_until_fault(argv: list[str], point: str, log: Path) -> None:
+    """Run ``lbctl control`` as a real process that dies (exit 137) at ``point``."""
+    env = {**os.environ, "LBCTL_FAULT_POINT": point}
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "lbctl.main", *argv], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, cwd=REPO)  # fmt: skip
+        try:
+            assert proc.wait(120) == 137, f"no death at {point}: see {log}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_events_of_a_change_made_before_a_kill_are_published_by_the_replay(
+    kafka_bootstrap: str, unique_topic, redis_url: str, fresh_redis: redis.Redis, tmp_path: Path
+) -> None:
+    decisions, events = unique_topic(1, "decisions"), unique_topic(1, "events")
+    store = RedisStore(fresh_redis, prefix="crash")
+    store.create_namespace(NS, 4)
+    for b in ("b1", "b2"):
+        store.register_broker(b, now_ms=0, ttl_ms=10**13)
+    n = store.get_namespace(NS).bundle_names
+    old = [store.acquire(n[i], "b1", now_ms=0, ttl_ms=10**13) for i in (0, 1)]
+    moves = [make_decision(cycle="k", kind=TRANSFER, bundle=n[i], source_broker="b1",
+                           destination_broker="b2", reason="Overloaded")
+             for i in (0, 1)]  # fmt: skip
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for d in moves:
+        p.produce(decisions, value=encode_decision(d))
+    p.flush(10)
+    argv = ["control", "--redis-url", redis_url, "--bootstrap-servers", kafka_bootstrap,
+            "--group", "crash", "--set", "redisKeyPrefix=crash",
+            "--set", f"decisionsTopic={decisions}",
+            "--set", f"ownershipEventsTopic={events}"]  # fmt: skip
+    log = tmp_path / "control.log"
+    # 1. the first transfer is made in Redis, then the process dies: no outcome, no event
+    _control_until_fault(argv, "after-transfer-script", log)
+    assert store.owner(n[0], now_ms=1).broker == "b2" and outcome_of(store, moves[0].id) is None
+    assert read_events(kafka_bootstrap, events) == []
+    # 2. the replay finds it made, records that, and dies before publishing or committing
+    _control_until_fault(argv, "after-outcome", log)
+    assert outcome_of(store, moves[0].id).outcome == "already_satisfied"
+    assert read_events(kafka_bootstrap, events) == []
+    # 3. a clean run: the duplicate announces the first transfer, the second is applied
+    stats = run_loop(store, client_config={"bootstrap.servers": kafka_bootstrap},
+                     decisions_topic=decisions, events_topic=events, group_id="crash",
+                     max_messages=2)  # fmt: skip
+    assert (stats.consumed, stats.applied, stats.events) == (2, 1, 2)
+    got = [(k, e.event, e.old_owner, e.old_token, e.new_owner, e.new_token, e.decision_id)
+           for k, e in read_events(kafka_bootstrap, events)]  # fmt: skip
+    now = [store.owner(n[i], now_ms=1) for i in (0, 1)]
+    assert got == [
+        (n[i], TRANSFERRED, "b1", old[i].token, "b2", now[i].token, moves[i].id) for i in (0, 1)
+    ]
+    assert fresh_redis.hlen("crash:event-outbox") == 0, "the outbox is emptied once delivered"
