@@ -12,8 +12,16 @@ Event kinds: ``assigned`` (a free bundle got an owner), ``released`` (an unload 
 ``children`` exist, unowned), ``merged`` (two bundles became ``children[0]``), ``expired`` (a
 lease ran out and the sweep removed it).
 
-Publishing is at least once: the controller flushes the producer before it commits the
-decision's offset, and a consumer de-duplicates by ``(bundle, newToken)`` or ``decisionId``.
+Who publishes what: the control loop (``controller.loop``) for applied decisions and for its
+sweep of expired leases (``expired`` then ``assigned``); lookups that assign a free bundle
+(``controller.placement.lookup_and_assign`` with a publisher, ``lbctl lookup``); and the admin
+verbs ``lbctl unload`` / ``split-bundle``, when Kafka is configured.
+
+Publishing is at least once: ``EventPublisher.deliver`` re-publishes after a failed flush, the
+controller commits a decision's offset only after its events are delivered, and a Redis outbox
+lets a replay announce a change a killed process made. A consumer de-duplicates by
+``(bundle, newToken)`` (or ``(bundle, event, oldToken)`` for events without a new owner) or by
+``decisionId``.
 """
 
 from __future__ import annotations
