@@ -354,19 +354,23 @@ def _control(args: argparse.Namespace) -> int:
         return 2
     client_config = _kafka_client_config(config, bootstrap)
     metrics_port = metrics.serve_from_args(args)
-    stats = run_loop(
-        RedisStore.from_url(url, prefix=config.redis_key_prefix),
-        client_config=client_config,
-        decisions_topic=config.decisions_topic,
-        events_topic=config.ownership_events_topic,
-        group_id=args.group,
-        lease_ttl_ms=int(config.load_balancer_ownership_lease_ttl_seconds * 1000),
-        max_messages=args.max_messages,
-        dry_run=args.dry_run,
-        max_decision_bytes=config.max_decision_bytes,
-        config=config,
-        sweep_interval_s=args.sweep_interval_s,
-    )
+    try:
+        stats = run_loop(
+            RedisStore.from_url(url, prefix=config.redis_key_prefix),
+            client_config=client_config,
+            decisions_topic=config.decisions_topic,
+            events_topic=config.ownership_events_topic,
+            group_id=args.group,
+            lease_ttl_ms=int(config.load_balancer_ownership_lease_ttl_seconds * 1000),
+            max_messages=args.max_messages,
+            dry_run=args.dry_run,
+            max_decision_bytes=config.max_decision_bytes,
+            config=config,
+            sweep_interval_s=args.sweep_interval_s,
+        )
+    except Transient as e:  # stopped while Kafka refused events: the replay will send them
+        print(f"lbctl control: stopped with undelivered events: {e}", file=sys.stderr)
+        return 1
     print(json.dumps({**stats.__dict__, "metricsPort": metrics_port}))
     return 0
 
