@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
 import redis
 from confluent_kafka import Producer
 
@@ -25,6 +27,7 @@ from controller.events import (
     RELEASED,
     SPLIT,
     TRANSFERRED,
+    EventPublisher,
     OwnershipEvent,
 )
 from controller.loop import run_loop
@@ -34,6 +37,7 @@ from lbctl import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, TRANSFER, UNLOAD, encode_decision, make_decision
 from loadbalance.decisions import SPLIT as SPLIT_DECISION
+from loadbalance.errors import Transient
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
 from tests.integration.test_assignment import read_events
@@ -250,3 +254,46 @@ def test_events_of_a_change_made_before_a_kill_are_published_by_the_replay(
         (n[i], TRANSFERRED, "b1", old[i].token, "b2", now[i].token, moves[i].id) for i in (0, 1)
     ]
     assert fresh_redis.hlen("crash:event-outbox") == 0, "the outbox is emptied once delivered"
+
+
+class _GivesUpFast(EventPublisher):
+    """A publisher to a dead Kafka that gives up after two short tries (instead of waiting
+    for a stop signal as the loop asks), so the test sees the loop's failure path quickly."""
+
+    def deliver(self, events, **_kw) -> int:  # type: ignore[override]
+        return super().deliver(events, attempts=2, backoff_s=0.05, flush_timeout_s=0.5)
+
+
+def test_no_offset_is_committed_before_the_events_are_delivered(
+    kafka_bootstrap: str, unique_topic, fresh_redis: redis.Redis
+) -> None:
+    decisions, events = unique_topic(1, "decisions"), unique_topic(1, "events")
+    store = RedisStore(fresh_redis, prefix="nocommit")
+    store.create_namespace(NS, 2)
+    for b in ("b1", "b2"):
+        store.register_broker(b, now_ms=0, ttl_ms=10**13)
+    bundle = store.get_namespace(NS).bundle_names[0]
+    old = store.acquire(bundle, "b1", now_ms=0, ttl_ms=10**13)
+    move = make_decision(cycle="n", kind=TRANSFER, bundle=bundle, source_broker="b1",
+                         destination_broker="b2", reason="Overloaded")  # fmt: skip
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(decisions, value=encode_decision(move))
+    p.flush(10)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    cfg = {"bootstrap.servers": kafka_bootstrap}
+    with pytest.raises(Transient):
+        run_loop(store, client_config=cfg, decisions_topic=decisions, events_topic=events,
+                 group_id="nc", max_messages=1, clock=lambda: 5,
+                 publisher=_GivesUpFast(dead, events))  # fmt: skip
+    assert store.owner(bundle, now_ms=6).broker == "b2", "Redis was changed"
+    assert fresh_redis.hexists("nocommit:event-outbox", move.id), "its events are owed"
+    stats = run_loop(store, client_config=cfg, decisions_topic=decisions, events_topic=events,
+                     group_id="nc", max_messages=1, clock=lambda: 7)  # fmt: skip
+    assert stats.consumed == 1, "the record came again: its offset was not committed"
+    new = store.owner(bundle, now_ms=8)
+    [(_, e)] = read_events(kafka_bootstrap, events)
+    assert (e.event, e.old_owner, e.old_token, e.new_owner, e.new_token, e.decision_id) == (
+        TRANSFERRED, "b1", old.token, "b2", new.token, move.id
+    )  # fmt: skip
