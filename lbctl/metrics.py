@@ -49,6 +49,7 @@ import argparse
 import logging
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import (
     REGISTRY,
@@ -199,8 +200,8 @@ _BROKER_GAUGES = (
 
 # Brokers whose series we set, so that departed ones can be removed without the client's private
 # label table.
-_usage_brokers: set[str] = set()
-_scored_brokers: set[tuple[str, str]] = set()
+_usage_children: dict[str, tuple] = {}  # broker -> its children of the usage gauges
+_score_children: dict[tuple[str, str], Any] = {}  # (broker, feature) -> its score child
 _brokers_lock = threading.Lock()
 
 # --------------------------------------------------------------------------------------------
@@ -218,13 +219,14 @@ def set_broker_usage(
     bandwidth_out: float,
 ) -> None:
     """Set one broker's usage gauges (percent, as Pulsar's ``LocalBrokerData`` usage)."""
-    with _brokers_lock:
-        _usage_brokers.add(broker)
-    BROKER_CPU_USAGE.labels(broker=broker).set(cpu)
-    BROKER_MEMORY_USAGE.labels(broker=broker).set(memory)
-    BROKER_DIRECT_MEMORY_USAGE.labels(broker=broker).set(direct_memory)
-    BROKER_BANDWIDTH_IN_USAGE.labels(broker=broker).set(bandwidth_in)
-    BROKER_BANDWIDTH_OUT_USAGE.labels(broker=broker).set(bandwidth_out)
+    children = _usage_children.get(broker)
+    if children is None:
+        # ``labels()`` validates and locks on every call; a broker's children are looked up once.
+        children = tuple(g.labels(broker=broker) for g in _BROKER_GAUGES)
+        with _brokers_lock:
+            _usage_children[broker] = children
+    for child, value in zip(children, (cpu, memory, direct_memory, bandwidth_in, bandwidth_out)):
+        child.set(value)
 
 
 def forget_brokers(keep: Iterable[str]) -> None:
@@ -235,10 +237,12 @@ def forget_brokers(keep: Iterable[str]) -> None:
     """
     keep_set = set(keep)
     with _brokers_lock:
-        gone = _usage_brokers - keep_set
-        _usage_brokers.intersection_update(keep_set)
-        gone_scored = {key for key in _scored_brokers if key[0] not in keep_set}
-        _scored_brokers.difference_update(gone_scored)
+        gone = [b for b in _usage_children if b not in keep_set]
+        for b in gone:
+            del _usage_children[b]
+        gone_scored = [key for key in _score_children if key[0] not in keep_set]
+        for key in gone_scored:
+            del _score_children[key]
     for broker in gone:
         for gauge in _BROKER_GAUGES:
             gauge.remove(broker)
@@ -248,13 +252,18 @@ def forget_brokers(keep: Iterable[str]) -> None:
 
 def set_broker_score(broker: str, *, max_ema: float, latest_max: float | None = None) -> None:
     """Set one broker's score gauges (``pulsar_lb_resource_usage``, 0-1)."""
-    BROKER_RESOURCE_USAGE.labels(broker=broker, feature="max_ema").set(max_ema)
-    keys = [(broker, "max_ema")]
+    _score_child(broker, "max_ema").set(max_ema)
     if latest_max is not None:
-        BROKER_RESOURCE_USAGE.labels(broker=broker, feature="max").set(latest_max)
-        keys.append((broker, "max"))
-    with _brokers_lock:
-        _scored_brokers.update(keys)
+        _score_child(broker, "max").set(latest_max)
+
+
+def _score_child(broker: str, feature: str) -> Any:
+    child = _score_children.get((broker, feature))
+    if child is None:
+        child = BROKER_RESOURCE_USAGE.labels(broker=broker, feature=feature)
+        with _brokers_lock:
+            _score_children[(broker, feature)] = child
+    return child
 
 
 def set_resource_usage_stats(avg: float, std: float, feature: str = "max_ema") -> None:

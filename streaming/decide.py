@@ -132,12 +132,19 @@ class StreamMetrics:
 
     def brokers(self, pdf: Any) -> None:
         """Usage gauges of the brokers this batch reported; drop the ones that went away."""
-        kinds = pdf["kind"]
-        reported = set()
-        for row in pdf[kinds == BROKER][["name", "doc", "history_usage"]].itertuples(index=False):
-            self._set(row.name, row.doc, float(row.history_usage))
-            reported.add(row.name)
-        gone = [n for n in pdf.loc[kinds == BROKER_GONE, "name"].tolist() if n not in reported]
+        # One selection of the few broker rows out of the (many) bundle rows.
+        rows = pdf.loc[pdf["kind"].isin((BROKER, BROKER_GONE)), ["kind", "name", "doc"]]
+        scores = pdf.loc[rows.index, "history_usage"].tolist() if len(rows) else []
+        reported, gone = set(), []
+        for kind, name, doc, score in zip(
+            rows["kind"].tolist(), rows["name"].tolist(), rows["doc"].tolist(), scores
+        ):
+            if kind == BROKER:
+                self._set(name, doc, float(score))
+                reported.add(name)
+            else:
+                gone.append(name)
+        gone = [n for n in gone if n not in reported]
         for name in gone:
             self.scores.pop(name, None)
         if gone:
