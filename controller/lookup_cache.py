@@ -337,6 +337,12 @@ class LookupCache:
         pool = self.r.connection_pool
         kwargs = dict(pool.connection_kwargs)
         kwargs["protocol"] = 3
+        kwargs["health_check_interval"] = 0  # our own PINGs are the health check
+        # a frozen server must end in an error, not a read that blocks this thread forever
+        limit_s = max(1.0, 2 * self.max_staleness_s)
+        for k in ("socket_timeout", "socket_connect_timeout"):
+            if kwargs.get(k) is None:
+                kwargs[k] = limit_s
         conn = pool.connection_class(**kwargs)
         conn.connect()
         conn._parser.set_invalidation_push_handler(self._on_push)
@@ -358,11 +364,15 @@ class LookupCache:
         return _PUSH
 
     def _serve(self, conn: Any) -> None:
+        sock = conn._sock
         ping_sent = time.monotonic()
         conn.send_command("PING")
         awaiting = True
         poll_s = min(self.heartbeat_s, 0.05)
         while not self._stop.is_set():
+            if conn._sock is not sock:
+                # redis-py reconnects on its own in send/can_read; a new socket has no tracking
+                raise _TrackingLost("tracking connection was replaced")
             if conn.can_read(timeout=poll_s):
                 pong = False
                 while True:
