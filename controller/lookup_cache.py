@@ -339,9 +339,10 @@ class LookupCache:
         kwargs["protocol"] = 3
         kwargs["health_check_interval"] = 0  # our own PINGs are the health check
         # a frozen server must end in an error, not a read that blocks this thread forever
+        # (redis-py's default is 5 s; None, if the caller chose it, would mean never)
         limit_s = max(1.0, 2 * self.max_staleness_s)
         for k in ("socket_timeout", "socket_connect_timeout"):
-            if kwargs.get(k) is None:
+            if k in kwargs and kwargs[k] is None:
                 kwargs[k] = limit_s
         conn = pool.connection_class(**kwargs)
         conn.connect()
