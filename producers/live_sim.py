@@ -15,7 +15,11 @@ Three clocks, on purpose:
   of every report. The streaming job takes ``now_ms`` from the newest record timestamp, never
   the wall clock, so the policy knobs written in minutes (shedding interval, grace period,
   history) work at demo speed: with the default one-minute tick and ``--cycle-seconds 2``, a
-  virtual minute passes every 2 s of wall time.
+  virtual minute passes every 2 s of wall time. ``start_ms`` is the wall clock at start, or one
+  tick after the newest report already on the topic if that is later (``resume_start_ms``): a
+  restarted simulator must not move the job's clock backwards. Virtual time runs ahead of the
+  wall clock (30x by default); Kafka 3.x accepts future timestamps by default, but a broker
+  with a finite ``log.message.timestamp.after.max.ms`` rejects reports once the lead exceeds it.
 * **Wall time** (``clock``): leases, broker registrations and lookups in Redis. The controller,
   its lease sweep and the admin verbs judge leases against the wall clock, so the simulated
   brokers must renew against it too. Hence a crash takes ``loadBalancerOwnershipLeaseTtlSeconds``
