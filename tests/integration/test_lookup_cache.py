@@ -20,6 +20,8 @@ from controller.redis_store import Lease, RedisStore
 from infra.embedded import EmbeddedRedis
 from loadbalance.errors import InvalidInput
 
+pytestmark = pytest.mark.integration
+
 NS = "acme/orders"
 FOREVER = 10**12
 MAX_STALENESS_MS = 500
