@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -239,7 +240,24 @@ def _export_metrics(result: Any) -> None:
 
 
 def run_simulate_live(args: argparse.Namespace) -> int:
-    """``lbctl simulate SCENARIO``: the live simulator until SIGINT/SIGTERM or ``--cycles``."""
+    """``lbctl simulate SCENARIO``: the live simulator until SIGINT/SIGTERM or ``--cycles``.
+
+    The signal handlers go in first, so a stop that arrives while the services are still being
+    reached (topic creation, the resume probe) is a clean exit 0 as well.
+    """
+    stopping = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda _s, _f: stopping.set())
+    try:
+        return _run_live(args, stopping)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     from controller.redis_store import RedisStore
     from infra.topics import ensure_topics
     from producers import scoreboard
@@ -296,7 +314,9 @@ def run_simulate_live(args: argparse.Namespace) -> int:
         return 1
     start_ms = resume_start_ms(newest_ms, int(time.time() * 1000), scenario.tick_ms)
     publisher = TimestampedReportPublisher(bootstrap, config.load_reports_topic, security)
-    sim = LiveSim(scenario, config, store, publisher, seed=args.seed, start_ms=start_ms)
+    sim = LiveSim(
+        scenario, config, store, publisher, seed=args.seed, start_ms=start_ms, stop_event=stopping
+    )
     metrics_on = False
     if getattr(args, "metrics_port", None) is not None:
         from lbctl import metrics
@@ -313,9 +333,6 @@ def run_simulate_live(args: argparse.Namespace) -> int:
         else:
             print(result.line(), flush=True)
 
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.signal(sig, lambda _s, _f: sim.stop())
     t0 = time.monotonic()
     try:
         done = sim.run(args.cycles, args.cycle_seconds, on_cycle)
@@ -323,8 +340,6 @@ def run_simulate_live(args: argparse.Namespace) -> int:
         print(f"lbctl simulate: Redis unavailable: {e}", file=sys.stderr)
         return 1
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         publisher.close()
         store.r.close()
     print(

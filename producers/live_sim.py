@@ -208,6 +208,7 @@ class LiveSim:
         seed: int = 0,
         start_ms: int | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        stop_event: threading.Event | None = None,
     ) -> None:
         self.scenario = scenario
         self.config = config
@@ -228,7 +229,7 @@ class LiveSim:
         self.weights = weights_from_config(config)
         self._keepers: dict[str, LeaseKeeper] = {}
         self._probe = self._topics_by_bundle_index()
-        self._stop = threading.Event()
+        self._stop = stop_event if stop_event is not None else threading.Event()
         self.cycles_done = 0
         self.last: LiveCycle | None = None
         self._owners_before: dict[str, str] = {}
@@ -421,6 +422,8 @@ class LiveSim:
         """``setup()``, then one cycle every ``cycle_seconds`` of wall time until ``cycles`` are
         done or ``stop()``; a cycle that overruns starts the next at once, without catching up
         in a burst. Returns the number of cycles played."""
+        if self._stop.is_set():
+            return 0
         self.setup()
         cycle = 0
         next_at = time.monotonic()
