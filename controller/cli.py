@@ -341,6 +341,7 @@ def _brokers_list(
 def _control(args: argparse.Namespace) -> int:
     from controller.loop import run_loop
     from controller.redis_store import RedisStore
+    from infra.topics import ensure_topics
 
     try:
         config = load_from_args(args)
@@ -353,6 +354,12 @@ def _control(args: argparse.Namespace) -> int:
         print("lbctl control: needs --redis-url and --bootstrap-servers", file=sys.stderr)
         return 2
     client_config = _kafka_client_config(config, bootstrap)
+    # Subscribing to a topic that does not exist yet leaves the group without partitions until
+    # the next metadata refresh, so decisions published meanwhile wait; create both topics first
+    # (creating an existing topic is not an error).
+    security = {k: v for k, v in client_config.items() if k != "bootstrap.servers"}
+    topics = (config.decisions_topic, config.ownership_events_topic)
+    ensure_topics(bootstrap, dict.fromkeys(topics, config.topic_partitions), security)
     metrics_port = metrics.serve_from_args(args)
     try:
         stats = run_loop(

@@ -297,3 +297,51 @@ def test_no_offset_is_committed_before_the_events_are_delivered(
     assert (e.event, e.old_owner, e.old_token, e.new_owner, e.new_token, e.decision_id) == (
         TRANSFERRED, "b1", old.token, "b2", new.token, move.id
     )  # fmt: skip
+
+
+def test_lbctl_control_creates_its_topics_so_a_decision_published_after_start_is_applied(
+    kafka_bootstrap: str, redis_url: str, fresh_redis: redis.Redis, capsys
+) -> None:
+    """Subscribing to a topic that does not exist yet used to leave the group idle."""
+    import threading
+    import uuid
+
+    from confluent_kafka.admin import AdminClient
+
+    from lbctl.main import main
+
+    suffix = uuid.uuid4().hex[:8]
+    decisions, events = f"decisions-new-{suffix}", f"events-new-{suffix}"
+    store = RedisStore(fresh_redis)
+    store.create_namespace(NS, 2)
+    store.register_broker("b1", now_ms=0, ttl_ms=10**13)
+    bundle = store.get_namespace(NS).bundle_names[0]
+    store.acquire(bundle, "b1", now_ms=0, ttl_ms=10**13)
+    unload = make_decision(cycle="7", kind=UNLOAD, bundle=bundle, source_broker="b1",
+                           reason="Overloaded")  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+    found: list[bool] = []
+
+    def publish_once_the_topic_exists() -> None:
+        for _ in range(150):  # up to ~15 s: the controller must create the topic itself
+            if decisions in admin.list_topics(timeout=5).topics:
+                found.append(True)
+                break
+            threading.Event().wait(0.1)
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        p.produce(decisions, value=encode_decision(unload))
+        p.flush(10)
+
+    publisher = threading.Thread(target=publish_once_the_topic_exists, daemon=True)
+    publisher.start()
+    code = main(["control", "--redis-url", redis_url, "--bootstrap-servers", kafka_bootstrap,
+                 "--group", f"new-{suffix}", "--max-messages", "1",
+                 "--set", f"decisionsTopic={decisions}",
+                 "--set", f"ownershipEventsTopic={events}"])  # fmt: skip
+    publisher.join(10)
+    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert found, "lbctl control did not create the decisions topic before consuming"
+    assert code == 0 and stats["applied"] == 1
+    assert events in admin.list_topics(timeout=5).topics
+    assert store.owner(bundle, now_ms=1) is None
