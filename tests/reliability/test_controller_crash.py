@@ -69,11 +69,13 @@ def test_controller_killed_mid_split_mid_transfer_and_before_commit_recovers_exa
     log = tmp_path / "control.log"
 
     def run_until_fault(point: str) -> None:
+        started = time.monotonic()
         proc = lbctl(argv, log, env={"LBCTL_FAULT_POINT": point})
         try:
             assert proc.wait(90) == 137, f"no death at {point}: see {log}"
         finally:
             stop(proc)
+        print(f"figure: start to death at {point} {time.monotonic() - started:.1f} s")
 
     # 1. killed after the split's Redis script, before its outcome
     run_until_fault("after-split-script")

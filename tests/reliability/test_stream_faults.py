@@ -145,18 +145,31 @@ def test_stream_killed_mid_batch_and_kafka_away_loses_and_repeats_nothing(
 
         # 2. restart from the checkpoint; once it makes progress, Kafka goes away for a while
         second = lbctl(stream("crash", "--trigger-seconds", "0"), crash_log)
+        restarted = time.monotonic()
         procs.append(second)
         wait_for(
             "the restarted job to commit a batch",
             lambda: _progress(fresh_redis, crash_prefix)[0] > killed_at[0],
             timeout_s=240,
         )
+        print(f"figure: restart to first committed batch {time.monotonic() - restarted:.1f} s")
+        batch_before_outage = _progress(fresh_redis, crash_prefix)[0]
         assert kafka.pid is not None
         os.kill(kafka.pid, signal.SIGSTOP)
         try:
             time.sleep(KAFKA_AWAY_S)
         finally:
             os.kill(kafka.pid, signal.SIGCONT)
+        back = time.monotonic()
+        wait_for(
+            "a batch committed after Kafka came back",
+            lambda: (
+                _progress(fresh_redis, crash_prefix)[0] > batch_before_outage
+                or second.poll() is not None
+            ),
+            timeout_s=240,
+        )
+        print(f"figure: Kafka back to next committed batch {time.monotonic() - back:.1f} s")
         wait_for("the job to process every report after Kafka came back",
                  lambda: _progress(fresh_redis, crash_prefix)[1] == last_ts
                  or second.poll() is not None, timeout_s=240)  # fmt: skip
