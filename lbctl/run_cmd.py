@@ -275,6 +275,7 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
     t0 = time.monotonic()
     start_spread = end_spread = None
     balanced_after: float | None = None
+    first_batch_after: float | None = None
     snap = None
     live = None
     if not (args.no_monitor or args.json):
@@ -290,6 +291,8 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
                 snap = monitor.read()
             except Exception as e:  # Redis hiccup: a display, not a reason to stop the job
                 log.warning("monitor read failed: %s", e)
+            if first_batch_after is None and snap is not None and snap.batch is not None:
+                first_batch_after = elapsed
             if snap is not None and snap.complete and snap.spread is not None:
                 if start_spread is None:
                     start_spread = snap.spread
@@ -317,6 +320,8 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
                         live = None
                     print(f"lbctl run: {reason}; the end of {ex.log_path}:", file=sys.stderr)
                     print(ex.tail, file=sys.stderr)
+                    if ex.error:
+                        print(f"lbctl run: {ex.name}'s last error: {ex.error}", file=sys.stderr)
             if code:
                 break
             if finishing_at is not None and time.monotonic() >= finishing_at:
@@ -339,6 +344,7 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
         "outcomes": dict(snap.outcomes) if snap else {},
         "spreadStart": start_spread.as_dict() if start_spread else None,
         "spreadEnd": end_spread.as_dict() if end_spread else None,
+        "firstBatchAfterS": None if first_batch_after is None else round(first_batch_after, 1),
         "balancedAfterS": None if balanced_after is None else round(balanced_after, 1),
         "lastBatch": snap.batch if snap else None,
     }
@@ -351,13 +357,15 @@ def _summary_text(s: dict[str, Any]) -> str:
     def spread(d: dict[str, float] | None) -> str:
         return "n/a" if d is None else f"max/mean {d['maxOverMean']:.2f}, std {d['stdPct']:.1f}"
 
-    balanced = s["balancedAfterS"]
+    def secs(value: float | None) -> str:
+        return "-" if value is None else f"{value}s"
+
     return "\n".join(
         [
             f"run ended ({s['ended']}) after {s['seconds']}s; decisions applied: {applied}",
             f"usage spread: start {spread(s['spreadStart'])} -> end {spread(s['spreadEnd'])}",
-            "balanced (max/mean <= "
-            f"{BALANCED_MAX_OVER_MEAN}) after: {'-' if balanced is None else f'{balanced}s'}",
+            f"first streaming batch after: {secs(s['firstBatchAfterS'])}; balanced (max/mean <= "
+            f"{BALANCED_MAX_OVER_MEAN}) after: {secs(s['balancedAfterS'])}",
             f"logs: {s['runDir']}",
         ]
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,6 +73,7 @@ class Exited:
     expected: bool
     log_path: Path
     tail: str
+    error: str = ""  # the log's last exception line, often far above a JVM's closing noise
 
 
 def lbctl_argv(*args: str, log_level: str = "INFO") -> list[str]:
@@ -130,13 +132,14 @@ class Supervisor:
 
     # -- signals -------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
-        """SIGINT and SIGTERM only ask for a stop; the main loop then stops in order."""
+        """SIGINT, SIGTERM and SIGHUP (terminal closed) only ask for a stop; the main loop then
+        stops the children in order."""
 
         def handler(signum: int, _frame: Any) -> None:
             self.stop_signal = signum
             self.stop_requested.set()
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._previous_handlers[sig] = signal.signal(sig, handler)
 
     def restore_signal_handlers(self) -> None:
@@ -155,7 +158,9 @@ class Supervisor:
             self.children.remove(child)
             _signal_group(child.pid, signal.SIGKILL)  # what it left in its group (a JVM)
             expected = child.may_finish and code == 0
-            out.append(Exited(child.name, code, expected, child.log_path, log_tail(child.log_path)))
+            tail = log_tail(child.log_path)
+            error = last_error_line(child.log_path)
+            out.append(Exited(child.name, code, expected, child.log_path, tail, error))
         return out
 
     def wait(self, seconds: float) -> bool:
@@ -187,6 +192,25 @@ class Supervisor:
             service.stop(timeout_s=self.grace_s)
         self.services.clear()
         return time.monotonic() - t0
+
+
+_ERROR_LINE = re.compile(r"^([\w.]+)?(Error|Exception|Exit|Interrupt)\b.*")
+
+
+def last_error_line(log_path: Path, max_bytes: int = 500_000) -> str:
+    """The last line that looks like an exception (``TypeError: ...``) in the end of a log."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    found = ""
+    for line in text.splitlines():
+        if _ERROR_LINE.match(line):
+            found = line.strip()
+    return found[:500]
 
 
 def _signal_group(pgid: int, sig: int) -> None:

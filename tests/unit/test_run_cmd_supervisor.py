@@ -30,9 +30,12 @@ def _wait_for(predicate, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def test_a_child_that_dies_is_reported_once_with_the_tail_of_its_log(tmp_path: Path) -> None:
+def test_a_child_that_dies_is_reported_once_with_its_log_tail_and_last_error(
+    tmp_path: Path,
+) -> None:
     sup = Supervisor(tmp_path, grace_s=1)
-    sup.start("crasher", [sys.executable, "-c", "print('boom: bad config'); raise SystemExit(3)"])
+    crash = "print('boom: starting', flush=True); raise ValueError('bad config')"
+    sup.start("crasher", [sys.executable, "-c", crash])
     sup.start("finisher", [sys.executable, "-c", "pass"], may_finish=True)
     exited: list = []
     deadline = time.monotonic() + 10
@@ -40,8 +43,9 @@ def test_a_child_that_dies_is_reported_once_with_the_tail_of_its_log(tmp_path: P
         exited += sup.poll()
         time.sleep(0.05)
     by_name = {e.name: e for e in exited}
-    assert by_name["crasher"].code == 3 and not by_name["crasher"].expected
-    assert "boom: bad config" in by_name["crasher"].tail
+    assert by_name["crasher"].code == 1 and not by_name["crasher"].expected
+    assert "boom: starting" in by_name["crasher"].tail
+    assert by_name["crasher"].error == "ValueError: bad config"
     assert by_name["finisher"].expected
     assert sup.poll() == []
     sup.stop_all()
