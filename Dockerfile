@@ -1,5 +1,5 @@
-# One image for every long-running process of the product (lbctl control, and later lbctl
-# stream / simulate); Java is there for the Spark job.
+# One image for every long-running process of the product (lbctl stream, control, simulate,
+# agent); Java is there for the Spark job.
 FROM python:3.11-slim
 RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/*
