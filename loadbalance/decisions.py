@@ -227,13 +227,15 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
     if len(raw) > max_bytes:
         raise InvalidDecision("record", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
     try:
-        doc = json.loads(raw)
+        # strict UTF-8 first: json.loads(bytes) would let encoded surrogates through
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+        doc = json.loads(text)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise InvalidDecision("record", f"not valid JSON: {type(e).__name__}") from None
     if not isinstance(doc, dict):
         raise InvalidDecision("record", "must be a JSON object")
     version = doc.get("schemaVersion")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:
         raise InvalidDecision("schemaVersion", f"unsupported version {version!r}")
     kind = doc.get("kind")
     if kind not in KINDS:

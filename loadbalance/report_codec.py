@@ -172,7 +172,9 @@ def decode_report(
     if len(raw) > max_bytes:
         raise InvalidReport("record", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
     try:
-        doc = json.loads(raw)
+        # strict UTF-8 first: json.loads(bytes) would let encoded surrogates through
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+        doc = json.loads(text)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise InvalidReport("record", f"not valid JSON ({type(e).__name__})") from None
     if not isinstance(doc, dict):
