@@ -128,7 +128,12 @@ _BATCH_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 STREAM_BATCH_DURATION = Histogram(
     "lbctl_stream_batch_duration_seconds",
-    "Wall time of one micro-batch's decision stage, driver side",
+    "Wall time of one micro-batch on the driver: Spark plan, policies, publishing, Redis commit",
+    buckets=_BATCH_BUCKETS_S,
+)
+STREAM_BATCH_SPARK_DURATION = Histogram(
+    "lbctl_stream_batch_spark_seconds",
+    "Of the batch duration: running the Spark plan (source, parse, state step)",
     buckets=_BATCH_BUCKETS_S,
 )
 STREAM_BATCHES = Counter("lbctl_stream_batches_total", "Micro-batches handled by the driver")

@@ -173,6 +173,7 @@ class StreamMetrics:
         metrics.STREAM_BATCHES.inc()
         metrics.STREAM_LAST_BATCH_ID.set(stats.batch_id)
         metrics.STREAM_BATCH_DURATION.observe(stats.duration_ms / 1000.0)
+        metrics.STREAM_BATCH_SPARK_DURATION.observe(stats.collect_ms / 1000.0)
         metrics.STREAM_DEAD_LETTERS.inc(stats.dead_letters)
         metrics.STREAM_BROKERS.set(n_brokers)
         metrics.STREAM_BUNDLES.set(n_bundles)
@@ -283,12 +284,14 @@ class DecisionStage:
             for d in decisions:
                 sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
         sink.flush()
-        assert self._metrics is not None
-        self._safely(self._metrics.brokers, pdf)
-        self._safely(self._metrics.decisions, decisions, result)
         new = Progress(batch_id, now_ms, cycle_state)
         self._progress_store.commit(new, *self._view.take_changes())
         self._progress = new
+        # Counted once the batch is committed: a batch that fails before is replayed, and its
+        # decisions would be counted twice.
+        assert self._metrics is not None
+        self._safely(self._metrics.brokers, pdf)
+        self._safely(self._metrics.decisions, decisions, result)
         duration_ms = (time.monotonic() - started) * 1000
         log.info(
             "batch %d: %d rows, %d dead letters, %d decisions, %.0f ms",

@@ -166,6 +166,8 @@ def test_lbctl_stream_serves_metrics_that_reflect_the_batches(
         ("lbctl_stream_dead_letters_total", {}),
         ("lbctl_stream_batches_total", {}),
         ("lbctl_stream_batch_duration_seconds_count", {}),
+        ("lbctl_stream_batch_duration_seconds_sum", {}),
+        ("lbctl_stream_batch_spark_seconds_sum", {}),
         ("pulsar_lb_unload_broker_total", {}),
         ("pulsar_lb_unload_bundle_total", {}),
         ("pulsar_lb_bundles_split_total", {}),
@@ -207,7 +209,9 @@ def test_lbctl_stream_serves_metrics_that_reflect_the_batches(
     assert delta("lbctl_stream_dead_letters_total") == 2
     batches = delta("lbctl_stream_batches_total")
     assert batches >= 1 and delta("lbctl_stream_batch_duration_seconds_count") == batches
-    assert _get(now, "lbctl_stream_batch_duration_seconds_sum") <= time.monotonic() - started + 1
+    total_s = delta("lbctl_stream_batch_duration_seconds_sum")
+    assert 0 < total_s <= time.monotonic() - started + 1
+    assert 0 < delta("lbctl_stream_batch_spark_seconds_sum") <= total_s
     prefix = config.redis_key_prefix
     last_batch = int(fresh_redis.hget(f"{prefix}:stream:progress", "batch"))
     assert _get(now, "lbctl_stream_last_batch_id") == last_batch
