@@ -231,11 +231,13 @@ def _rate(per_s: float) -> str:
 
 def render(s: Snapshot, title: str) -> Any:
     """A rich ``Table`` of the snapshot, in the spirit of ``pulsar-perf monitor-brokers``."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, expand=False)
+    # no vertical rules and short headers: ten columns fit an 80-column terminal
+    table = Table(title=title, expand=False, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False)
     for col in (
-        "broker", "CPU %", "MEM %", "BW in %", "BW out %", "MAX %",
+        "broker", "CPU%", "MEM%", "BWin%", "BWout%", "MAX%",
         "bundles", "topics", "msg/s in", "msg/s out",
     ):  # fmt: skip
         table.add_column(col, justify="left" if col == "broker" else "right", no_wrap=True)
@@ -253,7 +255,8 @@ def render(s: Snapshot, title: str) -> Any:
             _rate(r.msg_rate_out),
             style="bold red" if r.max_pct >= 85 else None,
         )
-    table.caption = footer_text(s)
+    table.caption = footer_text(s).replace("  |  ", "\n")  # one line per part
+    table.caption_justify = "left"
     return table
 
 

@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -331,7 +332,7 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
                 reason = "duration reached"
                 break
             if sup.wait(args.refresh_seconds):
-                reason = f"signal {sup.stop_signal}"
+                reason = f"stopped by {signal.Signals(sup.stop_signal or 2).name}"
                 break
     finally:
         if live is not None:
@@ -406,7 +407,7 @@ def _fast_table(sim, cycle: int, totals: dict[str, int], last_ms: float):
         read_at_ms=0,
     )
     table = render(snap, f"{sim.scenario.name} (fast): virtual minute {cycle}")
-    table.caption += f"  |  cycle {last_ms:.1f} ms"
+    table.caption += f"\npolicy cycle {last_ms:.1f} ms"
     return table
 
 
