@@ -244,6 +244,10 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
     if bundle is None:
         raise InvalidDecision("bundle", "missing")
     merge_bundle = _opt_str(doc, "mergeBundle")
+    for name, val in (("bundle", bundle), ("mergeBundle", merge_bundle)):
+        # parse_bundle's patterns end in ``$``, which also matches before a final newline
+        if val is not None and not val.isprintable():
+            raise InvalidDecision(name, "bundle name contains unprintable characters")
     try:
         rng = parse_bundle(bundle)
         other = parse_bundle(merge_bundle) if merge_bundle is not None else None
