@@ -15,9 +15,9 @@ reporting the bundles they serve, so the controller can rebuild:
    covers the ring exactly; namespaces nobody reports come back with their default bundles if
    the caller names them (``known_namespaces``), else they stay lost and the report says so;
 3. **re-grant leases** to the claimants that are registered and live, after raising the fencing
-   counter to ``token_floor`` (the highest token anyone may still hold, e.g. the largest
-   ``newToken`` on the ownership-events topic), so every new token is above every old one and a
-   broker's remembered token is refused;
+   counter to ``token_floor`` (the highest token anyone may still hold: the largest token on
+   the ownership-events topic, ``token_floor_from_events``), so every new token is above every
+   old one and a broker's remembered token is refused;
 4. **report** (``RecoveryReport``, also stored at ``P:recovery:last`` and streamed to
    ``P:recovery-log``): what was rebuilt, from what, and what is lost for good.
 
@@ -233,6 +233,63 @@ def _write_namespace(store: RedisStore, ns: str, bounds: list[int], now_ms: int)
         now_ms,
         ns,
     )
+
+
+def token_floor_from_events(
+    bootstrap_servers: str,
+    topic: str,
+    client_config: Mapping[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> int:
+    """The largest fencing token on the ownership-events topic (``oldToken``/``newToken``).
+
+    Why this source: it lives outside Redis, so it survives the loss, and every lease the
+    controller granted or moved was announced there. Events are keyed by bundle, so even a
+    compacted topic keeps each bundle's newest token. Reads every partition to the end offset
+    it had when called; raises ``Transient`` if it cannot, because a floor that is too low
+    would let a new token equal one a stale broker still holds.
+    """
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    from infra.offsets import latest_offsets
+    from infra.topics import kafka_client_config
+    from loadbalance.errors import Transient
+
+    ends = latest_offsets(bootstrap_servers, topic, client_config, timeout_s=timeout_s)
+    left = {p: end for p, end in ends.items() if end > 0}
+    conf = kafka_client_config(bootstrap_servers, client_config)
+    conf.update({"group.id": f"lb-recovery-{uuid.uuid4().hex[:8]}",
+                 "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    consumer = Consumer(conf)
+    floor = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
+        while left and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    left.pop(m.partition(), None)
+                continue
+            try:
+                doc = json.loads(m.value() or b"")
+            except ValueError:
+                doc = {}
+            for k in ("oldToken", "newToken", "token"):
+                v = doc.get(k) if isinstance(doc, dict) else None
+                if isinstance(v, int) and not isinstance(v, bool):
+                    floor = max(floor, v)
+            if m.offset() + 1 >= left.get(m.partition(), 0):
+                left.pop(m.partition(), None)
+    finally:
+        consumer.close()
+    if left:
+        raise Transient(f"{topic}: could not read partitions {sorted(left)} to their end")
+    return floor
 
 
 def last_report(store: RedisStore) -> dict[str, Any] | None:

@@ -47,3 +47,34 @@ def test_children_of_a_split_win_over_a_stale_report_of_their_parent():
     assert bounds == [0, 0x40000000, 0x80000000, FULL_UPPER]
     assert sorted(accepted) == [(kids[0], "b1"), (kids[1], "b2")]
     assert [(b, o) for b, o, _ in refused] == [(parent, "old")]
+
+
+def test_token_floor_is_the_largest_token_announced_on_the_ownership_events_topic(
+    kafka_bootstrap, unique_topic
+):
+    from confluent_kafka import Producer
+
+    from controller.events import OwnershipEvent, encode_event
+    from controller.recovery import token_floor_from_events
+
+    topic = unique_topic(2, "events")
+    assert token_floor_from_events(kafka_bootstrap, topic) == 0
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    events = [
+        OwnershipEvent("assigned", f"{NS}/0x00000000_0x80000000", 1, new_owner="b1", new_token=3),
+        OwnershipEvent(
+            "transferred",
+            f"{NS}/0x00000000_0x80000000",
+            2,
+            old_owner="b1",
+            new_owner="b2",
+            old_token=3,
+            new_token=57,
+        ),
+        OwnershipEvent("expired", f"{NS}/0x80000000_0xffffffff", 3, old_owner="b2", old_token=12),
+    ]
+    for i, e in enumerate(events):
+        p.produce(topic, key=e.bundle.encode(), value=encode_event(e), partition=i % 2)
+    p.produce(topic, value=b"{not json", partition=1)
+    assert p.flush(10) == 0
+    assert token_floor_from_events(kafka_bootstrap, topic) == 57

@@ -191,6 +191,7 @@ def test_stream_killed_mid_batch_and_kafka_away_loses_and_repeats_nothing(
     reference = published["ref"]
     assert len(reference) >= ROUNDS and len({d.id for d in reference}) == len(reference)
     by_id = {d.id: d for d in published["crash"]}
+    print(f"figure: {len(reference)} decisions; re-sent ids {len(published['crash']) - len(by_id)}")
     assert Counter(_content(d) for d in by_id.values()) == Counter(map(_content, reference))
     _assert_matches_pure(_snapshot(fresh_redis, crash_prefix), all_reports, config)
     _assert_matches_pure(_snapshot(fresh_redis, runs["ref"]["redisKeyPrefix"]), all_reports, config)
