@@ -17,6 +17,18 @@ Deviations and additions (each says so in its description):
   class names and the short names; our own strategies are registered in ``KNOWN_SHEDDERS`` and
   ``KNOWN_PLACEMENTS``.
 
+Secrets (``redisUrl``, ``redisPassword``, ``kafkaSaslPassword``, ``kafkaSslKeyPassword``) are
+validated into ``SecretText``: a ``str`` (so every client that was handed one keeps working and
+the value reaches redis-py and librdkafka unchanged) whose ``repr`` is masked, so a secret that
+lands in a traceback, a pydantic error, a debugger or a ``%r`` log line shows ``******`` (a URL
+shows ``redis://user:******@host``). ``config show`` masks them too, and ``build_config`` never
+quotes a secret's value in an error. Deviation from pydantic's ``SecretStr``: ``str(secret)`` is
+the value, because the shell modules pass these settings straight to clients.
+
+``kafka_client_settings()`` and ``redis_client_kwargs()`` turn the security knobs into the
+settings of librdkafka (confluent-kafka, the Python Spark source; prefix them with ``kafka.``
+for Spark's built-in source) and redis-py, so every client is configured from one place.
+
 Pure: parsing takes text and mappings; the shell (``lbctl/config_cmd.py``) reads files and the
 environment.
 """
@@ -26,9 +38,16 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 KNOWN_SHEDDERS = {
     "ThresholdShedder",
@@ -52,6 +71,51 @@ DEPRECATED_ALIASES = {
     "loadBalancerMaxNumberOfBrokerTransfersPerCycle": "loadBalancerMaxNumberOfBrokerSheddingPerCycle",
     "loadBalanceUnloadDelayInSeconds": "loadBalanceSheddingDelayInSeconds",
 }
+
+
+_URL_AUTH_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<auth>.*)@(?P<rest>[^@]*)$")
+
+
+def redact_url(url: str) -> str:
+    """``redis://user:******@host:6379/0``: a URL with its password masked, all else kept.
+
+    The userinfo runs to the *last* ``@`` (an unencoded ``@`` in a password must not leak the
+    rest of it); a userinfo without ``:`` is a user name and stays.
+    """
+    m = _URL_AUTH_RE.match(url)
+    if m is None:
+        return url
+    auth = m.group("auth")
+    if ":" not in auth:
+        return url
+    user = auth.split(":", 1)[0]
+    return f"{m.group('scheme')}{user}:{SECRET_MASK}@{m.group('rest')}"
+
+
+class SecretText(str):
+    """A secret setting: a ``str`` whose ``repr`` is masked (see the module docstring)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(SECRET_MASK) if self else "''"
+
+    def reveal(self) -> str:
+        """The plain value, for handing to a client."""
+        return str.__str__(self)
+
+
+class SecretUrl(SecretText):
+    """A URL that may carry a password: ``repr`` keeps everything but the password."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(redact_url(self.reveal()))
+
+
+Secret = Annotated[str, AfterValidator(SecretText)]
+SecretURL = Annotated[str, AfterValidator(SecretUrl)]
 
 
 class ConfigError(ValueError):
@@ -458,18 +522,39 @@ class LoadBalancerConfig(BaseModel):
         alias="kafkaSaslMechanism",
     )
     kafka_sasl_username: str = _f("", "Kafka SASL user name.", alias="kafkaSaslUsername")
-    kafka_sasl_password: str = _f(
+    kafka_sasl_password: Secret = _f(
         "", "Kafka SASL password (secret).", alias="kafkaSaslPassword", secret=True
     )
     kafka_ssl_ca_location: str = _f("", "CA file for Kafka TLS.", alias="kafkaSslCaLocation")
-    redis_url: str = _f(
+    kafka_ssl_certificate_location: str = _f(
+        "",
+        "Client certificate for Kafka mutual TLS (ssl.certificate.location).",
+        alias="kafkaSslCertificateLocation",
+    )
+    kafka_ssl_key_location: str = _f(
+        "", "Client key for Kafka mutual TLS (ssl.key.location).", alias="kafkaSslKeyLocation"
+    )
+    kafka_ssl_key_password: Secret = _f(
+        "",
+        "Password of the Kafka client key (ssl.key.password, secret).",
+        alias="kafkaSslKeyPassword",
+        secret=True,
+    )
+    redis_url: SecretURL = _f(
         "",
         "Redis URL (redis:// or rediss://); empty = the embedded server. A password in it is masked.",
         alias="redisUrl",
         secret=True,
     )
     redis_username: str = _f("", "Redis ACL user name.", alias="redisUsername")
-    redis_password: str = _f("", "Redis password (secret).", alias="redisPassword", secret=True)
+    redis_password: Secret = _f("", "Redis password (secret).", alias="redisPassword", secret=True)
+    redis_ssl_ca_certs: str = _f(
+        "", "CA file for Redis TLS (rediss:// URLs).", alias="redisSslCaCerts"
+    )
+    redis_ssl_certfile: str = _f(
+        "", "Client certificate for Redis mutual TLS.", alias="redisSslCertfile"
+    )
+    redis_ssl_keyfile: str = _f("", "Client key for Redis mutual TLS.", alias="redisSslKeyfile")
     redis_key_prefix: str = _f(
         "lb", "Prefix of every Redis key.", alias="redisKeyPrefix", min_length=1
     )
@@ -537,6 +622,54 @@ class LoadBalancerConfig(BaseModel):
     @property
     def placement_strategy_name(self) -> str:
         return _short(self.load_balancer_load_placement_strategy)
+
+    def kafka_client_settings(self) -> dict[str, str]:
+        """librdkafka security settings that are set (``security.protocol``, SASL, SSL).
+
+        For confluent-kafka clients and the Python Spark source as they are; for Spark's
+        built-in Kafka source, prefix each key with ``kafka.``.
+        """
+        pairs = (
+            ("security.protocol", self.kafka_security_protocol),
+            ("sasl.mechanism", self.kafka_sasl_mechanism),
+            ("sasl.username", self.kafka_sasl_username),
+            ("sasl.password", self.kafka_sasl_password),
+            ("ssl.ca.location", self.kafka_ssl_ca_location),
+            ("ssl.certificate.location", self.kafka_ssl_certificate_location),
+            ("ssl.key.location", self.kafka_ssl_key_location),
+            ("ssl.key.password", self.kafka_ssl_key_password),
+        )
+        return {k: str.__str__(v) for k, v in pairs if v}
+
+    def redis_client_kwargs(self) -> dict[str, str]:
+        """redis-py keyword arguments for ACL user, password and TLS files that are set.
+
+        They go beside the URL (``redis.Redis.from_url(url, **kwargs)``); redis-py lets them
+        override credentials in the URL.
+        """
+        pairs = (
+            ("username", self.redis_username),
+            ("password", self.redis_password),
+            ("ssl_ca_certs", self.redis_ssl_ca_certs),
+            ("ssl_certfile", self.redis_ssl_certfile),
+            ("ssl_keyfile", self.redis_ssl_keyfile),
+        )
+        return {k: str.__str__(v) for k, v in pairs if v}
+
+    def secret_values(self) -> list[str]:
+        """The non-empty secret values (and a URL's password), for log redaction."""
+        out = []
+        for name in SECRET_FIELDS:
+            value = str.__str__(getattr(self, name))
+            if not value:
+                continue
+            if name == "redis_url":
+                m = _URL_AUTH_RE.match(value)
+                if m is None or ":" not in m.group("auth"):
+                    continue
+                value = m.group("auth").split(":", 1)[1]
+            out.append(value)
+        return out
 
     def __repr__(self) -> str:
         return f"LoadBalancerConfig({len(type(self).model_fields)} knobs, secrets masked)"
@@ -653,7 +786,7 @@ def mask_value(name: str, value: Any) -> str:
     """Render a value for display with secrets masked (a URL keeps all but its password)."""
     if name in SECRET_FIELDS and value:
         if name == "redis_url":
-            return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1" + SECRET_MASK + "@", str(value))
+            return redact_url(str.__str__(value))
         return SECRET_MASK
     if isinstance(value, tuple):
         return ",".join(value)
