@@ -295,3 +295,69 @@ def token_floor_from_events(
 def last_report(store: RedisStore) -> dict[str, Any] | None:
     raw = store.r.get(f"{store.p}:recovery:last")
     return json.loads(raw) if raw is not None else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m controller.recovery``: check for a data loss and, if found, recover.
+
+    Why a module entry point: until the control loop calls the recovery itself
+    (docs/reliability.md), this is the operator's command after a Redis without persistence
+    restarted. Exit status: 0 nothing lost or recovered, 1 a loss found with ``--check``, 2 bad
+    usage. The report is printed as JSON.
+    """
+    import argparse
+    import sys
+    import time
+
+    from lbctl.config_cmd import add_config_arguments, load_from_args
+    from loadbalance.config import ConfigError
+
+    parser = argparse.ArgumentParser(prog="python -m controller.recovery", description=__doc__)
+    parser.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")
+    parser.add_argument("--bootstrap-servers", default=None, help="Kafka (default: config)")
+    parser.add_argument("--epoch", default=None, help="the epoch the store had, if known")
+    parser.add_argument(
+        "--known-namespace",
+        action="append",
+        default=[],
+        metavar="NS=N",
+        help="a namespace to re-create with N bundles if no broker reports it (repeatable)",
+    )
+    parser.add_argument("--check", action="store_true", help="only detect and say why")
+    parser.add_argument("--force", action="store_true", help="recover even if no loss is detected")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = load_from_args(args, quiet=True)
+        known = {k: int(v) for k, _, v in (x.partition("=") for x in args.known_namespace)}
+    except (ConfigError, ValueError) as e:
+        print(f"recovery: {e}", file=sys.stderr)
+        return 2
+    url = args.redis_url or config.redis_url
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    if not url or not bootstrap:
+        print("recovery: needs --redis-url and --bootstrap-servers", file=sys.stderr)
+        return 2
+    store = RedisStore.from_url(url, prefix=config.redis_key_prefix)
+    now_ms = int(time.time() * 1000)
+    claims = claims_from_snapshot(store, now_ms)
+    reason = detect_loss(store, args.epoch, claims) or ("forced" if args.force else None)
+    if reason is None or args.check:
+        print(json.dumps({"lost": reason is not None, "reason": reason, "claims": claims}))
+        return 1 if reason is not None else 0
+    floor = token_floor_from_events(bootstrap, config.ownership_events_topic)
+    report = recover(
+        store,
+        claims,
+        now_ms=now_ms,
+        lease_ttl_ms=int(config.load_balancer_ownership_lease_ttl_seconds * 1000),
+        token_floor=floor,
+        reason=reason,
+        known_namespaces=known,
+    )
+    print(report.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
@@ -171,8 +172,6 @@ def test_a_running_controller_survives_a_redis_restart_with_aof(
     """``lbctl control`` keeps running while Redis restarts under it (redis-py reconnects with
     its default retry), and what it applied before and after is all there. ``down_s`` is how
     long Redis stays away; 6 s is longer than one sweep interval, so the loop must meet it."""
-    import time
-
     from confluent_kafka import Producer
 
     from controller.apply import outcome_of
@@ -225,4 +224,56 @@ def test_a_running_controller_survives_a_redis_restart_with_aof(
     finally:
         if proc is not None:
             stop(proc)
+        server.stop()
+
+
+def test_operator_command_detects_the_loss_and_recovers_above_the_announced_tokens(
+    kafka_bootstrap, unique_topic, tmp_path
+):
+    """``python -m controller.recovery`` end to end: the floor comes from the events topic."""
+    import subprocess
+
+    from confluent_kafka import Producer
+
+    from controller.events import OwnershipEvent, encode_event
+    from tests.reliability.invariants import PYTHON, REPO, set_args
+
+    server = EmbeddedRedis(tmp_path, port=free_port(), appendonly=False)
+    server.start()
+    try:
+        store = RedisStore(server.client(), "cli")
+        _populate(store)
+        before = read_state(store.r, "cli")
+        serving = {b: sorted(n for n, (o, _, _) in before.leases.items() if o == b)
+                   for b in ("b1", "b2", "b3")}  # fmt: skip
+        events = unique_topic(1, "events")
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        announced = before.fence + 100  # the controller had announced more than Redis kept
+        e = OwnershipEvent("assigned", serving["b1"][0], 1, new_owner="b1", new_token=announced)
+        p.produce(events, key=e.bundle.encode(), value=encode_event(e))
+        assert p.flush(10) == 0
+        server.restart()
+        store = RedisStore(server.client(), "cli")
+        now = int(time.time() * 1000)
+        for b in ("b1", "b2", "b3"):
+            store.register_broker(b, now, TTL_MS)
+        store.r.hset("cli:load:bundles", mapping={
+            n: json.dumps({"broker": b}) for b, ns in serving.items() for n in ns})  # fmt: skip
+        argv = [PYTHON, "-m", "controller.recovery", "--redis-url", server.url,
+                "--bootstrap-servers", kafka_bootstrap,
+                *set_args({"redisKeyPrefix": "cli", "ownershipEventsTopic": events})]  # fmt: skip
+
+        check = subprocess.run([*argv, "--check"], cwd=REPO, capture_output=True, timeout=60)
+        assert check.returncode == 1, check.stderr
+        assert json.loads(check.stdout)["lost"] is True
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["token_floor"] == announced
+        after = check_invariants(store.r, "cli", now)
+        assert after.boundaries[NS] == before.boundaries[NS]
+        assert min(t for _, t, _ in after.leases.values()) > announced
+        again = subprocess.run([*argv, "--check"], cwd=REPO, capture_output=True, timeout=60)
+        assert again.returncode == 0 and json.loads(again.stdout)["lost"] is False
+    finally:
         server.stop()
