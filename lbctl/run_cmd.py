@@ -277,6 +277,8 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
     start_spread = end_spread = None
     balanced_after: float | None = None
     first_batch_after: float | None = None
+    initial_batch: int | str | None = "unread"
+    initial_applied: dict[str, int] = {}
     snap = None
     live = None
     if not (args.no_monitor or args.json):
@@ -292,15 +294,19 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
                 snap = monitor.read()
             except Exception as e:  # Redis hiccup: a display, not a reason to stop the job
                 log.warning("monitor read failed: %s", e)
-            if first_batch_after is None and snap is not None and snap.batch is not None:
+            if snap is not None and initial_batch == "unread":
+                # real Redis may hold a previous run's view and outcomes: the summary is this run's
+                initial_batch, initial_applied = snap.batch, dict(snap.applied)
+            fresh = snap is not None and snap.batch is not None and snap.batch != initial_batch
+            if first_batch_after is None and fresh:
                 first_batch_after = elapsed
-            if snap is not None and snap.complete and snap.spread is not None:
+            if fresh and snap.complete and snap.spread is not None:
                 if start_spread is None:
                     start_spread = snap.spread
                 end_spread = snap.spread
                 if (
                     balanced_after is None
-                    and sum(snap.applied.values()) > 0
+                    and sum(snap.applied.values()) > sum(initial_applied.values())
                     and snap.spread.max_over_mean <= BALANCED_MAX_OVER_MEAN
                 ):
                     balanced_after = elapsed
@@ -341,7 +347,11 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
         "scenario": args.scenario,
         "ended": reason,
         "seconds": round(time.monotonic() - t0, 1),
-        "applied": dict(snap.applied) if snap else {},
+        "applied": {
+            k: n - initial_applied.get(k, 0)
+            for k, n in (snap.applied if snap else {}).items()
+            if n > initial_applied.get(k, 0)
+        },
         "outcomes": dict(snap.outcomes) if snap else {},
         "spreadStart": start_spread.as_dict() if start_spread else None,
         "spreadEnd": end_spread.as_dict() if end_spread else None,
