@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 
 log = logging.getLogger("streaming.cli")
 
@@ -138,12 +140,26 @@ def run_stream(args: argparse.Namespace) -> int:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")
     spark = spark_session(args.master, args.shuffle_partitions)
     query = start_query(spark, settings, config)
+    # A supervisor (``lbctl run``, systemd, Kubernetes) stops with SIGTERM: treat it exactly like
+    # Ctrl-C, whose handler (installed by the SparkContext) cancels the running jobs before it
+    # raises KeyboardInterrupt, so the process exits 130 instead of dying inside a py4j call.
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        on_int = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGTERM, on_int if callable(on_int) else _raise_keyboard_interrupt)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
         return 130
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def kafka_security(config: object) -> dict[str, str]:
