@@ -44,6 +44,7 @@ DEFAULT_RUN_ROOT = Path(".lbctl/run")
 # measured, hot_bundle splits at the first streaming batch and is balanced within about a
 # minute and a half after it, with Pulsar's defaults.
 DEMO_KNOBS: dict[str, str] = {}
+CATCH_UP_LIMIT_S = 240.0  # after the simulator's last cycle, wait at most this for the job
 BALANCED_MAX_OVER_MEAN = 1.25  # "balanced" for the summary's balancedAfterS, max/mean of usage
 
 log = logging.getLogger("lbctl.run")
@@ -75,7 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="strategy pair: ours, classic, uniform, overload, extensible (default ours)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the traffic model (default 0)")
-    p.add_argument("--cycles", type=int, default=None, help="simulator cycles, then stop")
+    p.add_argument(
+        "--cycles", type=int, default=None, help="simulator cycles; stop once they are processed"
+    )
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--bootstrap-servers", default=None, help="real Kafka instead of embedded")
     p.add_argument("--redis-url", default=None, help="real Redis instead of embedded")
@@ -318,8 +321,8 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
                     say(f"[{elapsed:6.1f}s] {plain_line(snap)}")
             for ex in sup.poll():
                 if ex.expected:
-                    say(f"{ex.name} finished; stopping after a last batch")
-                    finishing_at = time.monotonic() + 2 * args.trigger_seconds + 1
+                    say(f"{ex.name} finished; stopping once the streaming job has caught up")
+                    finishing_at = time.monotonic() + CATCH_UP_LIMIT_S
                 else:
                     code, reason = 1, f"{ex.name} exited with code {ex.code}"
                     if live is not None:
@@ -331,7 +334,12 @@ def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, 
                         print(f"lbctl run: {ex.name}'s last error: {ex.error}", file=sys.stderr)
             if code:
                 break
-            if finishing_at is not None and time.monotonic() >= finishing_at:
+            caught_up = (
+                fresh
+                and snap.batch_age_s is not None
+                and snap.batch_age_s >= max(10.0, 4 * args.trigger_seconds)
+            )  # no new batch for a while: every report on the topic has been processed
+            if finishing_at is not None and (caught_up or time.monotonic() >= finishing_at):
                 reason = "simulation finished"
                 break
             if args.duration is not None and elapsed >= args.duration:

@@ -36,3 +36,27 @@ def test_run_rejects_unknown_scenario_and_pair() -> None:
         )  # fmt: skip
         assert out.returncode == 2
         assert "nope" in (out.stderr + out.stdout)
+
+
+def test_summary_text_names_decisions_spreads_and_times_and_copes_with_no_batch() -> None:
+    from lbctl.run_cmd import _summary_text
+
+    base = {"ended": "duration reached", "seconds": 90.0, "runDir": "/tmp/r"}
+    text = _summary_text(
+        {
+            **base,
+            "applied": {"split": 2, "transfer": 9},
+            "spreadStart": {"maxOverMean": 1.65, "stdPct": 13.5},
+            "spreadEnd": {"maxOverMean": 1.1, "stdPct": 2.3},
+            "firstBatchAfterS": 40.0,
+            "balancedAfterS": 80.5,
+        }
+    )
+    assert "split 2, transfer 9" in text
+    assert "start max/mean 1.65, std 13.5 -> end max/mean 1.10, std 2.3" in text
+    assert "first streaming batch after: 40.0s" in text and "after: 80.5s" in text
+    empty = _summary_text(
+        {**base, "applied": {}, "spreadStart": None, "spreadEnd": None,
+         "firstBatchAfterS": None, "balancedAfterS": None}
+    )  # fmt: skip
+    assert "decisions applied: none" in empty and "start n/a -> end n/a" in empty
