@@ -208,7 +208,8 @@ def _opt_str(doc: Mapping[str, Any], key: str) -> str | None:
 def _cap(text: str) -> str:
     if len(text) <= MAX_REASON_CHARS:
         return text
-    return text[: MAX_REASON_CHARS - 15] + f"...(+{len(text) - MAX_REASON_CHARS + 15} chars)"
+    suffix = f"...({len(text)} chars in all)"
+    return text[: MAX_REASON_CHARS - len(suffix)] + suffix
 
 
 def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_BYTES) -> Decision:

@@ -112,7 +112,8 @@ def _cap(text: str) -> str:
     """Cut a field path or reason so a dead letter built from it stays small."""
     if len(text) <= MAX_REASON_CHARS:
         return text
-    return text[: MAX_REASON_CHARS - 15] + f"...(+{len(text) - MAX_REASON_CHARS + 15} chars)"
+    suffix = f"...({len(text)} chars in all)"
+    return text[: MAX_REASON_CHARS - len(suffix)] + suffix
 
 
 def _text(value: Any, path: str) -> str:
