@@ -44,6 +44,8 @@ DEFAULT_RUN_ROOT = Path(".lbctl/run")
 # measured, hot_bundle splits at the first streaming batch and is balanced within about a
 # minute and a half after it, with Pulsar's defaults.
 DEMO_KNOBS: dict[str, str] = {}
+# Spark's console progress bar would fill the stream's log file with carriage-return noise
+SPARK_ENV = {"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.showConsoleProgress=false pyspark-shell"}
 CATCH_UP_LIMIT_S = 240.0  # after the simulator's last cycle, wait at most this for the job
 BALANCED_MAX_OVER_MEAN = 1.25  # "balanced" for the summary's balancedAfterS, max/mean of usage
 
@@ -192,6 +194,7 @@ def run_live(args: argparse.Namespace) -> int:
                 "stream", *where, "--checkpoint", str(checkpoint),
                 "--trigger-seconds", str(args.trigger_seconds), *common,
             ),
+            env_defaults=SPARK_ENV,
         )  # fmt: skip
         sup.start(
             "control",

@@ -100,9 +100,19 @@ class Supervisor:
         self.services.append((name, service))
         self._write_children()
 
-    def start(self, name: str, argv: Sequence[str], *, may_finish: bool = False) -> Child:
-        """Start one child from the calling (main) thread: PDEATHSIG is tied to that thread."""
-        env = dict(os.environ)
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        may_finish: bool = False,
+        env_defaults: dict[str, str] | None = None,
+    ) -> Child:
+        """Start one child from the calling (main) thread: PDEATHSIG is tied to that thread.
+
+        ``env_defaults`` are set only where the user's environment does not set them already.
+        """
+        env = {**(env_defaults or {}), **os.environ}
         env["PYTHONUNBUFFERED"] = "1"
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
