@@ -3,16 +3,23 @@
 The shell side of ``loadbalance.config``: it reads the ``broker.conf`` file and the process
 environment, hands the text and mappings to the pure loader, and reports problems in one line
 that names the knob (exit code 2), never with a secret in it.
+
+Every command loads its configuration through ``load_from_args``, so that is where the log
+redaction goes in: once the secrets are known, ``infra.redaction.SecretFilter`` is put on the
+root logger's handlers, and from then on no log line of any command (the controller, the
+streaming job's driver, the agent) can print a configured password, whoever wrote the line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 
+from infra.redaction import SecretFilter, install_secret_filter
 from loadbalance.config import (
     ConfigError,
     LoadBalancerConfig,
@@ -63,7 +70,25 @@ def load_from_args(args: argparse.Namespace, *, quiet: bool = False) -> LoadBala
     if not quiet:
         for w in warnings:
             print(f"lbctl: warning: {w}", file=sys.stderr)
+    redact_logs(config)
     return config
+
+
+def redact_logs(config: LoadBalancerConfig) -> None:
+    """Mask ``config``'s secrets in every log record of this process (idempotent: a second
+    configuration adds its secrets to the filter already installed)."""
+    secrets = config.secret_values()
+    if not secrets:
+        return
+    root = logging.getLogger()
+    for flt in root.filters:
+        if isinstance(flt, SecretFilter):
+            flt.secrets = sorted(set(flt.secrets) | set(secrets))
+            for handler in root.handlers:
+                if flt not in handler.filters:
+                    handler.addFilter(flt)
+            return
+    install_secret_filter(config, root)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

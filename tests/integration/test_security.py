@@ -204,3 +204,31 @@ def test_kafka_security_settings_reach_the_client_config() -> None:
     producer = Producer({**plain, "security.protocol": "SASL_PLAINTEXT", "log_level": 0})
     producer.flush(0)
     _assert_no_secret(repr(config) + str(config))
+
+
+def test_every_command_masks_configured_secrets_in_its_log_lines() -> None:
+    """``load_from_args`` (how every lbctl command loads its config) installs the filter."""
+    code = (
+        "import argparse, logging\n"
+        "from lbctl.config_cmd import add_config_arguments, load_from_args\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "p = argparse.ArgumentParser()\n"
+        "add_config_arguments(p)\n"
+        "load_from_args(p.parse_args([]))\n"
+        "log = logging.getLogger('lbctl.control')\n"
+        f"log.warning('SASL login with %s failed', {SASL_PASSWORD!r})\n"
+        f"logging.getLogger('redis').error('cannot connect to redis://u:{PASSWORD}@h:1/0')\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LB_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "LB_kafkaSaslPassword": SASL_PASSWORD},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SASL login with ****** failed" in done.stderr, done.stderr
+    assert "cannot connect to redis://u:******@h:1/0" in done.stderr, done.stderr
+    _assert_no_secret(done.stdout + done.stderr)
