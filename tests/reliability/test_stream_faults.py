@@ -25,6 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedKafka
+from infra.offsets import partitions_for
 from infra.topics import ensure_topics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision
@@ -44,18 +45,24 @@ KAFKA_AWAY_S = 12.0  # longer than the consumer session timeout (6 s) of librdka
 
 
 def _read_values(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record of every partition (the job creates its topics with topicPartitions)."""
+    partitions = partitions_for(bootstrap, topic)
     c = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.partition.eof": True}
     )
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out = []
-    while True:
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    out, left = [], set(partitions)
+    while left:
         m = c.poll(5)
-        if m is None or (m.error() and m.error().code() == -191):  # partition EOF
+        if m is None:
             break
-        if not m.error():
-            out.append(m.value())
+        if m.error():
+            if m.error().code() == -191:  # partition EOF
+                left.discard(m.partition())
+            continue
+        out.append(m.value())
     c.close()
+    assert not left, f"{topic}: partitions {left} not read to the end"
     return out
 
 
