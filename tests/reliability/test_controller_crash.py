@@ -13,12 +13,20 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 import redis
 from confluent_kafka import Producer
 
 from controller.apply import outcome_of
 from controller.redis_store import RedisStore
-from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, encode_decision, make_decision
+from loadbalance.decisions import (
+    MERGE,
+    SPLIT,
+    TRANSFER,
+    UNLOAD,
+    encode_decision,
+    make_decision,
+)
 from tests.reliability.invariants import check_invariants, lbctl, set_args, stop, wait_for
 
 NS = "acme/crash"
@@ -130,3 +138,51 @@ def test_controller_killed_mid_split_mid_transfer_and_before_commit_recovers_exa
         (unload.id, "applied"),
         (move2.id, "applied"),
     ]
+
+
+class _Killed(BaseException):
+    """Stands for the process dying at a fault point (the subprocess test above does it for
+    real with ``os._exit``; here every decision kind is covered in-process, fast)."""
+
+
+@pytest.mark.parametrize("kind", [SPLIT, MERGE, UNLOAD, TRANSFER])
+def test_every_kind_interrupted_between_its_redis_script_and_its_outcome_ends_satisfied(
+    fresh_redis, monkeypatch, kind
+):
+    import controller.apply as apply_mod
+
+    store = RedisStore(fresh_redis, "kinds")
+    store.create_namespace(NS, 4)
+    for b in ("b1", "b2"):
+        store.register_broker(b, 0, HOUR_MS)
+    names = store.get_namespace(NS).bundle_names
+    for n in names:
+        store.acquire(n, "b1", 0, HOUR_MS)
+    d = {
+        SPLIT: make_decision(cycle="k", kind=SPLIT, bundle=names[0], source_broker="b1",
+                             split_boundaries=(0x10000000,)),
+        MERGE: make_decision(cycle="k", kind=MERGE, bundle=names[0], source_broker="b1",
+                             merge_bundle=names[1]),
+        UNLOAD: make_decision(cycle="k", kind=UNLOAD, bundle=names[0], source_broker="b1"),
+        TRANSFER: make_decision(cycle="k", kind=TRANSFER, bundle=names[0], source_broker="b1",
+                                destination_broker="b2"),
+    }[kind]  # fmt: skip
+    old_token = store.owner(names[0], 1).token
+
+    def die_at(point: str) -> None:
+        if point == f"after-{kind}-script":
+            raise _Killed(point)
+
+    monkeypatch.setattr(apply_mod, "fault_point", die_at)
+    with pytest.raises(_Killed):
+        apply_mod.apply_decision(store, d, now_ms=1, lease_ttl_ms=HOUR_MS)
+    monkeypatch.undo()
+    s = check_invariants(fresh_redis, "kinds", 2)
+    assert outcome_of(store, d.id) is None, "died before the outcome"
+    replay = apply_mod.apply_decision(store, d, now_ms=2, lease_ttl_ms=HOUR_MS)
+    assert replay.outcome == "already_satisfied", replay
+    assert check_invariants(fresh_redis, "kinds", 3).leases == s.leases, (
+        "the replay changed nothing"
+    )
+    if kind == TRANSFER:
+        assert s.leases[names[0]][0] == "b2" and s.leases[names[0]][1] > old_token
