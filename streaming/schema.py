@@ -92,15 +92,22 @@ def frame(fields: tuple[tuple[str, str], ...], n: int, **columns: Any) -> pd.Dat
     """A frame with every column of ``fields``: the given ones, defaults (0, "", None) elsewhere.
 
     Every column is filled because Arrow cannot turn a missing integer into a ``bigint``.
+    String and binary columns are kept as ``object`` dtype on purpose: pandas 3 would infer its
+    Arrow-backed ``str`` dtype, and ``pd.concat`` of two such frames yields a multi-chunk column
+    that PySpark's pandas-to-Arrow conversion rejects ("Cannot convert pyarrow.lib.ChunkedArray
+    to pyarrow.lib.Array"), which killed the query at the first batch that expired bundles.
     """
     data: dict[str, Any] = {}
     for name, kind in fields:
         if name in columns:
-            data[name] = columns[name]
+            value = columns[name]
         elif kind == "string":
-            data[name] = np.full(n, "", dtype=object)
+            value = np.full(n, "", dtype=object)
         elif kind == "binary":
-            data[name] = np.full(n, None, dtype=object)
+            value = np.full(n, None, dtype=object)
         else:
-            data[name] = np.zeros(n, dtype=_NUMPY_DTYPES.get(kind, np.float64))
+            value = np.zeros(n, dtype=_NUMPY_DTYPES.get(kind, np.float64))
+        if kind in ("string", "binary"):
+            value = pd.Series(value, dtype=object)
+        data[name] = value
     return pd.DataFrame(data, columns=[name for name, _ in fields])

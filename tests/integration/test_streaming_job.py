@@ -332,3 +332,32 @@ def test_lbctl_stream_available_now_drains_the_topic_into_redis(
     prefix = config.redis_key_prefix
     assert fresh_redis.hkeys(f"{prefix}:load:brokers") == [b"cli:8080"]
     assert int(fresh_redis.hget(f"{prefix}:stream:progress", "now_ms")) == T0_MS
+
+
+def test_a_batch_that_expires_bundles_and_updates_others_keeps_the_query_alive(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    """Regression: the state step's concatenated output (updates + expiries) used to come out
+    as chunked Arrow strings under pandas 3, and Spark failed the query on it."""
+    config = _config(unique_topic)
+    bounds = ((0, 1 << 30), (1 << 30, 1 << 31), (1 << 31, 0xFFFFFFFF))
+    gone, kept, new = (f"{NS}/0x{a:08x}_0x{b:08x}" for a, b in bounds)
+    first = _report("b1:8080", 40.0, {gone: _stats(10.0, 1e4), kept: _stats(20.0, 2e4)})
+    later = _report("b1:8080", 40.0, {kept: _stats(20.0, 2e4), new: _stats(30.0, 3e4)})
+    _publish(kafka_bootstrap, config.load_reports_topic,
+             [(b"b1:8080", encode_report(first), T0_MS),
+              (b"b1:8080", encode_report(later), T0_MS + 10 * MINUTE_MS)])  # fmt: skip
+    settings = StreamSettings(
+        bootstrap_servers=kafka_bootstrap,
+        checkpoint=str(tmp_path / "ckpt"),
+        redis_url=redis_url,
+        available_now=True,
+        source="python",
+        n_shards=1,  # one shard: the update and the expiry meet in one state call
+        bundle_ttl_seconds=60.0,
+    )
+    query = start_query(spark, settings, config)
+    query.awaitTermination(240)
+    assert query.exception() is None, query.exception()
+    query.stop()
+    assert set(_snapshot_bundles(fresh_redis, config.redis_key_prefix)) == {kept, new}
