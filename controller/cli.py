@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from lbctl import metrics
 from lbctl.config_cmd import add_config_arguments, load_from_args
-from loadbalance.config import ConfigError
+from loadbalance.config import ConfigError, redact_url
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.split_algorithms import ALL_ALGORITHMS, split_boundaries
@@ -128,17 +128,7 @@ def _add_event_arguments(p: argparse.ArgumentParser) -> None:
 
 def _kafka_client_config(config: LoadBalancerConfig, bootstrap: str) -> dict[str, Any]:
     """``bootstrap.servers`` plus the SASL/SSL settings that are set in the configuration."""
-    client_config: dict[str, Any] = {"bootstrap.servers": bootstrap}
-    for key, value in (
-        ("security.protocol", config.kafka_security_protocol),
-        ("sasl.mechanism", config.kafka_sasl_mechanism),
-        ("sasl.username", config.kafka_sasl_username),
-        ("sasl.password", config.kafka_sasl_password),
-        ("ssl.ca.location", config.kafka_ssl_ca_location),
-    ):
-        if value:
-            client_config[key] = value
-    return client_config
+    return {"bootstrap.servers": bootstrap, **config.kafka_client_settings()}
 
 
 def _publish(
@@ -163,15 +153,20 @@ def _publish(
 
 
 def _run(func: Any, args: argparse.Namespace) -> int:
+    import redis
+
     from controller.redis_store import RedisStore
 
+    url = ""
     try:
         config = load_from_args(args)
         url = args.redis_url or config.redis_url
         if not url:
             print("lbctl: no Redis: pass --redis-url or set redisUrl", file=sys.stderr)
             return 2
-        store = RedisStore.from_url(url, prefix=config.redis_key_prefix)
+        store = RedisStore.from_url(
+            url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
+        )
         rows = func(store, args, config)
     except ConfigError as e:
         print(f"lbctl: {e}", file=sys.stderr)
@@ -181,6 +176,12 @@ def _run(func: Any, args: argparse.Namespace) -> int:
         return 1
     except Transient as e:
         print(f"lbctl: the change is made, but followers were not told: {e}", file=sys.stderr)
+        return 1
+    except redis.AuthenticationError:
+        print(f"lbctl: Redis at {redact_url(url)} refused the credentials", file=sys.stderr)
+        return 1
+    except redis.ConnectionError as e:
+        print(f"lbctl: Redis at {redact_url(url)} unreachable: {e}", file=sys.stderr)
         return 1
     _print(rows, args.json)
     return 0
@@ -363,7 +364,9 @@ def _control(args: argparse.Namespace) -> int:
     metrics_port = metrics.serve_from_args(args)
     try:
         stats = run_loop(
-            RedisStore.from_url(url, prefix=config.redis_key_prefix),
+            RedisStore.from_url(
+                url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
+            ),
             client_config=client_config,
             decisions_topic=config.decisions_topic,
             events_topic=config.ownership_events_topic,

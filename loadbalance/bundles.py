@@ -30,8 +30,9 @@ FULL_LOWER = 0x00000000
 FULL_UPPER = 0xFFFFFFFF
 RING_SIZE = 1 << 32
 
-_RANGE_RE = re.compile(r"^0x([0-9a-fA-F]{8})_0x([0-9a-fA-F]{8})$")
-_NAMESPACE_PART_RE = re.compile(r"^[A-Za-z0-9_.=:\-]+$")
+# \Z, not $: "$" also matches before a trailing newline, which would let "ns/0x.._0x..\n" in.
+_RANGE_RE = re.compile(r"^0x([0-9a-fA-F]{8})_0x([0-9a-fA-F]{8})\Z")
+_NAMESPACE_PART_RE = re.compile(r"^[A-Za-z0-9_.=:\-]+\Z")
 
 
 def topic_hash(topic: str) -> int:

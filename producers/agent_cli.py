@@ -68,14 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _kafka_security(config: object) -> dict[str, str]:
-    pairs = {
-        "security.protocol": "kafka_security_protocol",
-        "sasl.mechanism": "kafka_sasl_mechanism",
-        "sasl.username": "kafka_sasl_username",
-        "sasl.password": "kafka_sasl_password",
-        "ssl.ca.location": "kafka_ssl_ca_location",
-    }
-    return {k: str(getattr(config, a)) for k, a in pairs.items() if getattr(config, a, "")}
+    """librdkafka security settings that are set (one definition: the configuration's)."""
+    return dict(config.kafka_client_settings())  # type: ignore[attr-defined]
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -108,9 +102,8 @@ def run_agent(args: argparse.Namespace) -> int:
     if redis_url:
         from controller.redis_store import RedisStore
 
-        auth = {"username": config.redis_username, "password": config.redis_password}
         store = RedisStore.from_url(
-            redis_url, prefix=config.redis_key_prefix, **{k: v for k, v in auth.items() if v}
+            redis_url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
         )
         keeper = LeaseKeeper(
             store,

@@ -303,9 +303,8 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     except KafkaException as e:
         print(f"lbctl simulate: Kafka at {bootstrap} unavailable: {e}", file=sys.stderr)
         return 1
-    auth = {"username": config.redis_username, "password": config.redis_password}
     store = RedisStore.from_url(
-        redis_url, prefix=config.redis_key_prefix, **{k: v for k, v in auth.items() if v}
+        redis_url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
     )
     try:
         newest_ms = newest_record_ms(bootstrap, config.load_reports_topic, security)

@@ -164,11 +164,4 @@ def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
 
 def kafka_security(config: object) -> dict[str, str]:
     """librdkafka security settings from the configuration (only those that are set)."""
-    pairs = {
-        "security.protocol": "kafka_security_protocol",
-        "sasl.mechanism": "kafka_sasl_mechanism",
-        "sasl.username": "kafka_sasl_username",
-        "sasl.password": "kafka_sasl_password",
-        "ssl.ca.location": "kafka_ssl_ca_location",
-    }
-    return {k: str(getattr(config, a)) for k, a in pairs.items() if getattr(config, a, "")}
+    return dict(config.kafka_client_settings())  # type: ignore[attr-defined]

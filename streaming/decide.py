@@ -214,7 +214,11 @@ class DecisionStage:
         """Connect and seed the view from Redis (once, at the first batch after start-up)."""
         if self._progress_store is None:
             self._progress_store = (
-                RedisProgress.from_url(self.redis_url, self.config.redis_key_prefix)
+                RedisProgress.from_url(
+                    self.redis_url,
+                    self.config.redis_key_prefix,
+                    **self.config.redis_client_kwargs(),
+                )
                 if self.redis_url
                 else MemoryProgress()
             )

@@ -46,6 +46,8 @@ from streaming.shard_state import pack_samples, shard_of
 
 DEAD_LETTER_VERSION = 1
 DEAD_LETTER_MAX_VALUE_BYTES = 64 * 1024
+DEAD_LETTER_MAX_KEY_BYTES = 1024
+"""At most this much of a rejected record's key is kept (a hostile key can be megabytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,11 @@ def dead_letter(
         "partition": int(partition),
         "offset": int(offset),
         "timestamp": int(timestamp_ms),
-        "key": key.decode("utf-8", "replace") if key is not None else None,
+        # The key is capped like the value, so a dead letter always fits in a Kafka message.
+        "key": key[:DEAD_LETTER_MAX_KEY_BYTES].decode("utf-8", "replace")
+        if key is not None
+        else None,
+        "keyBytes": len(key) if key is not None else 0,
         "value": base64.b64encode(shown).decode(),
         "valueBytes": len(raw),
         "valueTruncated": len(shown) < len(raw),

@@ -118,10 +118,11 @@ class RedisProgress:
         self.p = prefix
 
     @classmethod
-    def from_url(cls, url: str, prefix: str) -> RedisProgress:
+    def from_url(cls, url: str, prefix: str, **kwargs: Any) -> RedisProgress:
+        """``kwargs`` go to redis-py beside the URL (ACL user, password, TLS files)."""
         import redis
 
-        return cls(redis.Redis.from_url(url), prefix)
+        return cls(redis.Redis.from_url(url, **kwargs), prefix)
 
     def read(self) -> Progress:
         doc = self.r.hgetall(f"{self.p}:stream:progress")

@@ -240,3 +240,14 @@ def test_random_splits_and_merges_keep_the_ring_covered_exactly(
         assert bundles.version == before + 1
         edges = [b for x in bundles.boundaries for b in (x - 1, x) if 0 <= b <= FULL_UPPER]
         _assert_partition(bundles, [*probes, *edges, FULL_UPPER])
+
+
+def test_a_trailing_newline_is_not_a_valid_bundle_name() -> None:
+    import pytest
+
+    from loadbalance.bundles import parse_bundle
+    from loadbalance.errors import InvalidBundle
+
+    assert parse_bundle("acme/ns/0x00000000_0x80000000").lower == 0
+    with pytest.raises(InvalidBundle):
+        parse_bundle("acme/ns/0x00000000_0x80000000\n")
