@@ -67,6 +67,7 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # progress bars garble logs and tables
         .getOrCreate()
     )
 
