@@ -29,6 +29,8 @@ from loadbalance.decisions import (
 )
 from tests.reliability.invariants import check_invariants, lbctl, set_args, stop, wait_for
 
+pytestmark = pytest.mark.integration
+
 NS = "acme/crash"
 HOUR_MS = 3_600_000
 

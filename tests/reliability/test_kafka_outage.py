@@ -14,6 +14,7 @@ import signal
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from controller.apply import outcome_of
@@ -23,6 +24,8 @@ from infra.offsets import latest_offsets
 from infra.topics import ensure_topics
 from loadbalance.decisions import TRANSFER, encode_decision, make_decision
 from tests.reliability.invariants import check_invariants, lbctl, set_args, stop, wait_for
+
+pytestmark = pytest.mark.integration
 
 NS = "acme/outage"
 HOUR_MS = 3_600_000

@@ -18,6 +18,8 @@ from loadbalance.report_codec import report_to_dict
 from producers.agent import LeaseKeeper
 from tests.reliability.invariants import check_invariants
 
+pytestmark = pytest.mark.integration
+
 NS = "acme/partition"
 TTL_MS = 10_000
 T0 = 1_000_000

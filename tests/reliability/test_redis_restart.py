@@ -27,6 +27,8 @@ from loadbalance.report_codec import report_to_dict
 from producers.agent import LeaseKeeper
 from tests.reliability.invariants import check_invariants, read_state
 
+pytestmark = pytest.mark.integration
+
 NS, OTHER = "acme/persist", "acme/quiet"
 TTL_MS = 60_000
 T0 = 1_000_000

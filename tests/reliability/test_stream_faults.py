@@ -20,6 +20,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -37,6 +38,8 @@ from tests.integration.test_streaming_job import (
     _records,
 )
 from tests.reliability.invariants import kill_group, lbctl, set_args, stop, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 NS = "acme/stream"
 ROUNDS = 6

@@ -13,12 +13,15 @@ import time
 import uuid
 from collections import Counter
 
+import pytest
 from confluent_kafka import Producer
 
 from controller.apply import _apply, _record, apply_decision, outcome_of
 from controller.redis_store import RedisStore
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, encode_decision, make_decision
 from tests.reliability.invariants import check_invariants, lbctl, set_args, stop, wait_for
+
+pytestmark = pytest.mark.integration
 
 NS = "acme/twin"
 HOUR_MS = 3_600_000
