@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError
+import redis
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.apply import (
     ALREADY_SATISFIED,
@@ -60,6 +61,11 @@ from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision, decode_decision
 from loadbalance.errors import InvalidDecision
+
+REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError)
+"""Errors that mean Redis is away for now (a restart, a failover): wait and retry, not exit."""
+REDIS_BACKOFF_FIRST_S = 0.2
+REDIS_BACKOFF_MAX_S = 5.0
 
 log = logging.getLogger("lbctl.control")
 
@@ -244,6 +250,34 @@ def run_loop(
             log.info("%s %s %s -> %s", e.event, e.bundle, e.old_owner, e.new_owner)
         stats.events += len(events)
 
+    def _handle(msg: Any, now: int) -> str:
+        """Record one decision's outcome (and deliver its events); the outcome's name.
+
+        Redis being unavailable raises out of here before the offset is committed.
+        """
+        try:
+            d = decode_decision(msg.value() or b"", max_bytes=max_decision_bytes)
+        except InvalidDecision as e:
+            where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+            store.r.hset(
+                f"{store.p}:outcomes",
+                f"record:{where}",
+                json.dumps({"outcome": REJECTED, "reason": str(e), "atMs": now}),
+            )
+            log.warning("rejected record %s: %s", where, e)
+            metrics.CONTROL_DECISIONS.labels(kind="invalid", outcome=REJECTED).inc()
+            return REJECTED
+        outcome, events = apply_with_events(
+            store, d, now_ms=now, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run, outbox=True
+        )
+        log.info("%s %s %s: %s %s", d.id[:12], d.kind, d.bundle, outcome.outcome, outcome.reason)
+        metrics.CONTROL_DECISIONS.labels(kind=d.kind, outcome=outcome.outcome).inc()
+        deliver(events)  # usually an applied decision's; or a replay's unannounced ones
+        if not dry_run:
+            clear_outbox(store, d.id)
+        return outcome.outcome
+
+    redis_failures = 0
     previous = {}
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -255,9 +289,14 @@ def run_loop(
         while not stopping and (max_messages is None or stats.consumed < max_messages):
             if config is not None and time.monotonic() - last_sweep >= sweep_interval_s:
                 last_sweep = time.monotonic()
-                events = sweep_and_reassign(store, config, clock())
-                stats.sweeps += 1
-                stats.expired += sum(1 for e in events if e.event == "expired")
+                try:
+                    events = sweep_and_reassign(store, config, clock())
+                except REDIS_UNAVAILABLE as e:  # the next sweep tries again
+                    log.warning("sweep skipped: Redis unavailable (%s)", e)
+                    events = []
+                else:
+                    stats.sweeps += 1
+                    stats.expired += sum(1 for e in events if e.event == "expired")
                 deliver(events)
             msg = consumer.poll(0.5)
             if msg is None:
@@ -270,35 +309,26 @@ def run_loop(
                 continue
             last_message = time.monotonic()
             started = time.perf_counter()
-            stats.consumed += 1
             now = clock()
             try:
-                d = decode_decision(msg.value() or b"", max_bytes=max_decision_bytes)
-            except InvalidDecision as e:
+                outcome_name = _handle(msg, now)
+            except REDIS_UNAVAILABLE as e:
+                # Nothing is committed: read the same record again after a bounded backoff.
+                # The wait stays under max.poll.interval.ms, so the group keeps this consumer.
+                delay = min(REDIS_BACKOFF_MAX_S, REDIS_BACKOFF_FIRST_S * 2**redis_failures)
+                redis_failures += 1
                 where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
-                store.r.hset(
-                    f"{store.p}:outcomes",
-                    f"record:{where}",
-                    json.dumps({"outcome": REJECTED, "reason": str(e), "atMs": now}),
-                )
-                log.warning("rejected record %s: %s", where, e)
-                stats.rejected += 1
-                metrics.CONTROL_DECISIONS.labels(kind="invalid", outcome=REJECTED).inc()
-                consumer.commit(message=msg, asynchronous=False)
+                log.warning("Redis unavailable (%s): record %s again in %.1f s", e, where, delay)
+                consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+                deadline = time.monotonic() + delay
+                while not stopping and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 continue
-            outcome, events = apply_with_events(
-                store, d, now_ms=now, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run, outbox=True
-            )
-            log.info(
-                "%s %s %s: %s %s", d.id[:12], d.kind, d.bundle, outcome.outcome, outcome.reason
-            )
-            metrics.CONTROL_DECISIONS.labels(kind=d.kind, outcome=outcome.outcome).inc()
-            deliver(events)  # usually an applied decision's; or a replay's unannounced ones
-            if not dry_run:
-                clear_outbox(store, d.id)
-            if outcome.outcome == APPLIED:
+            redis_failures = 0
+            stats.consumed += 1
+            if outcome_name == APPLIED:
                 stats.applied += 1
-            elif outcome.outcome == REJECTED:
+            elif outcome_name == REJECTED:
                 stats.rejected += 1
             else:
                 stats.other += 1
