@@ -132,10 +132,11 @@ class Monitor:
     _batch_seen_at: float | None = None
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "lb") -> Monitor:
+    def from_url(cls, url: str, prefix: str = "lb", **redis_kwargs: Any) -> Monitor:
+        """``redis_kwargs``: the configuration's ``redis_client_kwargs()`` (ACL user, TLS)."""
         import redis
 
-        return cls(redis.Redis.from_url(url, socket_timeout=5), prefix)
+        return cls(redis.Redis.from_url(url, socket_timeout=5, **redis_kwargs), prefix)
 
     def _read_outcomes(self) -> None:
         key = f"{self.prefix}:outcome-stream"

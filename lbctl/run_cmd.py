@@ -103,6 +103,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Spark checkpoint (default: in the run folder with embedded Kafka, else a folder "
         "under .lbctl/checkpoints/ per Kafka+Redis+prefix, so a rerun resumes)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="BASE",
+        help="serve each child's Prometheus metrics: stream on BASE, control on BASE+1, "
+        "simulate on BASE+2 (all on 127.0.0.1; default: no metrics endpoints)",
+    )
     p.add_argument("--no-monitor", action="store_true", help="plain log lines, no live table")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
@@ -118,6 +126,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     args.scenario = args.scenario or args.scenario_opt or DEFAULT_SCENARIO
     if args.fast:
+        from lbctl.run_fast import run_fast
+
         return run_fast(args)
     return run_live(args)
 
@@ -188,24 +198,37 @@ def run_live(args: argparse.Namespace) -> int:
         for s in sets:
             common += ["--set", s]
         where = ["--bootstrap-servers", bootstrap, "--redis-url", redis_url]
+        port = child_metrics_ports(args.metrics_port)
         sup.start(
             "stream",
             lbctl_argv(
                 "stream", *where, "--checkpoint", str(checkpoint),
-                "--trigger-seconds", str(args.trigger_seconds), *common,
+                "--trigger-seconds", str(args.trigger_seconds), *port["stream"], *common,
             ),
             env_defaults=SPARK_ENV,
         )  # fmt: skip
         sup.start(
             "control",
             lbctl_argv(
-                "control", *where, "--group", f"{config.redis_key_prefix}-controller", *common
+                "control",
+                *where,
+                "--group",
+                f"{config.redis_key_prefix}-controller",
+                *port["control"],
+                *common,
             ),
         )
         sim = ["simulate", args.scenario, *where, "--cycle-seconds", str(args.cycle_seconds)]
         sim += ["--seed", str(args.seed), *(["--cycles", str(args.cycles)] if args.cycles else [])]
+        sim += port["simulate"]
         sup.start("simulate", lbctl_argv(*sim, *common), may_finish=args.cycles is not None)
-        code, summary = _watch(args, sup, redis_url, config.redis_key_prefix, say)
+        if args.metrics_port is not None:
+            say(
+                "metrics: "
+                + ", ".join(f"{n} http://127.0.0.1:{p[1]}/metrics" for n, p in port.items())
+            )
+        monitor_kwargs = config.redis_client_kwargs()
+        code, summary = _watch(args, sup, redis_url, config.redis_key_prefix, say, monitor_kwargs)
     except ServiceError as e:
         print(f"lbctl run: {e}", file=sys.stderr)
         summary = None
@@ -223,6 +246,18 @@ def run_live(args: argparse.Namespace) -> int:
         else:
             print(_summary_text(summary))
     return code
+
+
+def child_metrics_ports(base: int | None) -> dict[str, list[str]]:
+    """The ``--metrics-port`` arguments of each child: stream BASE, control +1, simulate +2.
+
+    Consecutive ports, in the order of docker-compose.yml's 9401-9403, so one scrape config
+    serves both ways of running the product. ``None`` gives every child no endpoint.
+    """
+    children = ("stream", "control", "simulate")
+    if base is None:
+        return {c: [] for c in children}
+    return {c: ["--metrics-port", str(base + i)] for i, c in enumerate(children)}
 
 
 class _StoppedEarly(Exception):
@@ -264,7 +299,7 @@ def _prepare(
         checkpoint = run_dir / "checkpoint"
     checkpoint = checkpoint.resolve()
     if not (checkpoint / "offsets").exists():
-        client = redis.Redis.from_url(redis_url)
+        client = redis.Redis.from_url(redis_url, **config.redis_client_kwargs())
         try:
             p = config.redis_key_prefix
             if client.delete(f"{p}:stream:progress", f"{p}:stream:pending"):
@@ -274,11 +309,13 @@ def _prepare(
     return checkpoint
 
 
-def _watch(args, sup, redis_url: str, prefix: str, say) -> tuple[int, dict[str, Any]]:
+def _watch(
+    args, sup, redis_url: str, prefix: str, say, redis_kwargs: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
     """Refresh the monitor until a stop, the end of the run, or a child's death."""
     from lbctl.monitor import Monitor, plain_line, render
 
-    monitor = Monitor.from_url(redis_url, prefix)
+    monitor = Monitor.from_url(redis_url, prefix, **redis_kwargs)
     t0 = time.monotonic()
     start_spread = end_spread = None
     balanced_after: float | None = None
@@ -391,96 +428,3 @@ def _summary_text(s: dict[str, Any]) -> str:
             f"logs: {s['runDir']}",
         ]
     )
-
-
-# -- the in-memory fast mode ---------------------------------------------------------------
-def _fast_table(sim, cycle: int, totals: dict[str, int], last_ms: float):
-    from lbctl.monitor import BrokerRow, Snapshot, render, spread_of
-
-    view = sim.view
-    rows = []
-    for name in sorted(view.brokers if view is not None else {}):
-        r = view.brokers[name].report
-        rows.append(
-            BrokerRow(
-                name,
-                r.cpu.percent_usage(),
-                r.memory.percent_usage(),
-                r.bandwidth_in.percent_usage(),
-                r.bandwidth_out.percent_usage(),
-                r.max_resource_usage() * 100,
-                len(r.bundles),
-                r.num_topics,
-                r.msg_rate_in,
-                r.msg_rate_out,
-            )
-        )
-    usage = sim.run_data.usage[-1] if sim.run_data.usage else {}
-    snap = Snapshot(
-        rows=tuple(rows),
-        applied=totals,
-        outcomes={"applied": sum(totals.values())},
-        spread=spread_of([v * 100 for v in usage.values()]),
-        owning_brokers=frozenset(r.broker for r in rows),
-        batch=cycle,
-        batch_event_ms=cycle * 60_000,
-        batch_age_s=None,
-        read_at_ms=0,
-    )
-    table = render(snap, f"{sim.scenario.name} (fast): virtual minute {cycle}")
-    table.caption += f"\npolicy cycle {last_ms:.1f} ms"
-    return table
-
-
-def run_fast(args: argparse.Namespace) -> int:
-    """The closed-loop simulator in memory, with the same table."""
-    from producers import scoreboard
-    from producers.fast_sim import FastSim, make_config
-    from producers.scenarios import load_scenario
-
-    try:
-        scenario = load_scenario(args.scenario, args.seed)
-    except InvalidInput as e:
-        print(f"lbctl run: {e}", file=sys.stderr)
-        return 2
-    pair = scoreboard.PAIRS.get(args.pair)
-    if pair is None:
-        print(f"lbctl run: unknown pair {args.pair!r}; use {', '.join(scoreboard.PAIRS)}")
-        return 2
-    sim = FastSim(scenario, make_config(scenario, pair.overrides), seed=args.seed)
-    cycles = scenario.cycles if args.cycles is None else args.cycles
-    totals: dict[str, int] = {}
-    live = None
-    if not (args.json or args.no_monitor):
-        from rich.live import Live
-
-        live = Live(refresh_per_second=4, transient=False)
-        live.start()
-    try:
-        for c in range(cycles):
-            before = len(sim.run_data.decisions)
-            t0 = time.perf_counter()
-            sim.tick(c)
-            last_ms = (time.perf_counter() - t0) * 1000
-            for d in sim.run_data.decisions[before:]:
-                totals[d.kind] = totals.get(d.kind, 0) + 1
-            if live is not None:
-                live.update(_fast_table(sim, c, totals, last_ms))
-            else:
-                usage = sim.run_data.usage[-1]
-                row = {"cycle": c, "usage": usage, "decisionsApplied": dict(totals)}
-                print(json.dumps(row, sort_keys=True), flush=True)
-            if args.interval_seconds > 0:
-                time.sleep(args.interval_seconds)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if live is not None:
-            live.stop()
-            print()
-    score = scoreboard.score_run(sim.run_data, pair, scenario.kinds)
-    if args.json:
-        print(json.dumps({"summary": scoreboard.score_dict(score)}, sort_keys=True))
-    else:
-        print(scoreboard.to_text([score]), end="")
-    return 0

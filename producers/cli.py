@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lbctl import metrics
 from lbctl.config_cmd import add_config_arguments
 from loadbalance.config import ConfigError, LoadBalancerConfig, load_config
 from loadbalance.errors import InvalidInput
@@ -98,17 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="live: wall seconds per cycle, i.e. per virtual tick (default 2)",
     )
     add_config_arguments(sim)
-    _add_metrics_arguments(sim)
+    metrics.add_metrics_argument(sim)
     sim.set_defaults(func=run_simulate)
-
-
-def _add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
-    try:
-        from lbctl import metrics
-    except ImportError:  # metrics module not in this build: no endpoint
-        parser.add_argument("--metrics-port", type=int, default=None, help=argparse.SUPPRESS)
-        return
-    metrics.add_metrics_argument(parser)
 
 
 def run_bench_balance(args: argparse.Namespace) -> int:

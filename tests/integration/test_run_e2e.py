@@ -61,6 +61,47 @@ def _scenario_file(tmp_path: Path) -> Path:
     return path
 
 
+def _free_port_run(n: int) -> int:
+    """A base port with ``n`` consecutive free loopback ports (for ``--metrics-port BASE``)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + n > 65535:
+            continue
+        held = []
+        try:
+            for port in range(base, base + n):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError("no run of free ports")
+
+
+def _scrape(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def _sample(text: str, name: str) -> float:
+    """Sum of every sample of metric ``name`` (any labels) in a Prometheus text page."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def _start_run(args: list[str], run_dir: Path) -> subprocess.Popen[bytes]:
     """``lbctl run`` as a child of the test, output into files in the run folder."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -181,6 +222,8 @@ def test_run_splits_the_hot_bundle_sheds_the_overloaded_broker_and_stops_on_sigi
     args = [str(_scenario_file(tmp_path)), "--bootstrap-servers", kafka_bootstrap]
     args += ["--redis-url", redis_url, "--no-monitor", "--json"]
     args += ["--checkpoint", str(tmp_path / "checkpoint")]
+    metrics_base = _free_port_run(3)
+    args += ["--metrics-port", str(metrics_base)]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
     proc = _start_run(args, run_dir)
@@ -213,6 +256,11 @@ def test_run_splits_the_hot_bundle_sheds_the_overloaded_broker_and_stops_on_sigi
                 break
             time.sleep(2)
         assert first_batch, f"no streaming batch completed\n{_output(run_dir)}"
+        # Each child serves its metrics on the ports `lbctl run --metrics-port` gave it.
+        stream_page, control_page, sim_page = (_scrape(metrics_base + i) for i in range(3))
+        assert _sample(stream_page, "lbctl_stream_batches_total") >= 1, stream_page
+        assert _sample(control_page, "lbctl_control_decisions_total") >= 1, control_page
+        assert _sample(sim_page, "lbctl_simulator_reports_published_total") >= 1, sim_page
         children = _children(run_dir)
         assert {c["name"] for c in children} == {"stream", "control", "simulate"}
         stop_t0 = time.monotonic()
