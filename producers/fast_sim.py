@@ -59,7 +59,7 @@ from producers.sim_model import reports_at
 
 MINUTE_MS = 60_000
 OSCILLATION_WINDOW_MS = 30 * MINUTE_MS  # loadBalancerSheddingGracePeriodMinutes' default
-_DOWN, _UP, _CRASH, _EXPIRE = "down", "up", "crash", "expire"
+BROKER_DOWN, BROKER_UP, BROKER_CRASH, LEASES_EXPIRE = "down", "up", "crash", "expire"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,24 +101,29 @@ def make_config(
     return LoadBalancerConfig(**{**dict(scenario.config), **dict(overrides or {})})
 
 
-def _schedule(scenario: Scenario, lease_cycles: int) -> dict[int, list[tuple[str, str]]]:
+def event_schedule(scenario: Scenario, lease_cycles: int) -> dict[int, list[tuple[str, str]]]:
+    """Cycle -> ``(action, broker)`` for the scenario's events; shared by the fast and live modes.
+
+    A crash also schedules ``LEASES_EXPIRE`` ``lease_cycles`` later, which only the fast mode
+    acts on (live, Redis' lease TTL does it).
+    """
     out: dict[int, list[tuple[str, str]]] = {}
     for e in scenario.events:
         if e.kind == ADD_BROKERS:
             for b in e.brokers:
-                out.setdefault(e.at_cycle, []).append((_UP, b.name))
+                out.setdefault(e.at_cycle, []).append((BROKER_UP, b.name))
         elif e.kind == REMOVE_BROKERS:
             for name in e.names:
-                out.setdefault(e.at_cycle, []).append((_DOWN, name))
+                out.setdefault(e.at_cycle, []).append((BROKER_DOWN, name))
         elif e.kind == CRASH:
             for name in e.names:
-                out.setdefault(e.at_cycle, []).append((_CRASH, name))
-                out.setdefault(e.at_cycle + lease_cycles, []).append((_EXPIRE, name))
+                out.setdefault(e.at_cycle, []).append((BROKER_CRASH, name))
+                out.setdefault(e.at_cycle + lease_cycles, []).append((LEASES_EXPIRE, name))
         elif e.kind == RESTART:
             for i, name in enumerate(e.names):
                 at = e.at_cycle + i * e.every_cycles
-                out.setdefault(at, []).append((_DOWN, name))
-                out.setdefault(at + e.down_cycles, []).append((_UP, name))
+                out.setdefault(at, []).append((BROKER_DOWN, name))
+                out.setdefault(at + e.down_cycles, []).append((BROKER_UP, name))
     return out
 
 
@@ -154,7 +159,7 @@ class FastSim:
         # Oscillations are judged against Pulsar's default grace period whatever the pair sets,
         # so a pair cannot look steadier by shortening its own grace period.
         self.oscillation_cycles = max(1, int(OSCILLATION_WINDOW_MS // self.tick_ms))
-        self.schedule = _schedule(scenario, self.lease_cycles)
+        self.schedule = event_schedule(scenario, self.lease_cycles)
         self._unloaded_from: dict[str, str] = {}
         self._history: dict[str, tuple[str, int]] = {}
         self.run_data = SimRun(scenario.name, seed, 0)
@@ -164,16 +169,16 @@ class FastSim:
 
     def _apply_events(self, cycle: int) -> None:
         for action, name in self.schedule.get(cycle, ()):
-            if action == _UP:
+            if action == BROKER_UP:
                 self.live.add(name)
                 self.run_data.joined[name] = cycle
-            elif action in (_DOWN, _CRASH):
+            elif action in (BROKER_DOWN, BROKER_CRASH):
                 self.live.discard(name)
                 self.load = forget_brokers(self.load, [name])
                 self.preallocated = {b: m for b, m in self.preallocated.items() if b != name}
-                if action == _DOWN:
+                if action == BROKER_DOWN:
                     self._free_bundles_of(name)
-            elif action == _EXPIRE and name not in self.live:
+            elif action == LEASES_EXPIRE and name not in self.live:
                 self._free_bundles_of(name)
 
     def _free_bundles_of(self, broker: str) -> None:

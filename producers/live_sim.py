@@ -66,8 +66,7 @@ from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.model import LocalBrokerData
 from loadbalance.report_codec import encode_report
 from producers.agent import KafkaReportPublisher, LeaseKeeper, wall_clock_ms
-from producers.fast_sim import _CRASH, _DOWN, _UP
-from producers.fast_sim import _schedule as event_schedule
+from producers.fast_sim import BROKER_CRASH, BROKER_DOWN, BROKER_UP, event_schedule
 from producers.scenarios import Scenario, initial_owners
 from producers.sim_model import reports_at
 
@@ -305,15 +304,15 @@ class LiveSim:
     def _apply_events(self, cycle: int, now_ms: int) -> list[str]:
         done: list[str] = []
         for action, name in self.schedule.get(cycle, ()):
-            if action == _UP:
+            if action == BROKER_UP:
                 self.live.add(name)
                 self._register(name, now_ms)
-            elif action == _DOWN and name in self.live:
+            elif action == BROKER_DOWN and name in self.live:
                 self._release_all(name, now_ms)
                 # a heartbeat with a zero TTL ends the registration: gone, not just silent
                 self.store.register_broker(name, now_ms, 0)
                 self.live.discard(name)  # last, so a Redis error here is retried whole
-            elif action == _CRASH:
+            elif action == BROKER_CRASH:
                 self.live.discard(name)  # no release, no renewal: the leases run out in Redis
             else:
                 continue
