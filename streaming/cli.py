@@ -4,17 +4,35 @@ The shell around ``streaming.job``: options for where things are (Kafka, Redis, 
 how the query runs, plus the shared ``--config`` / ``--set`` policy knobs. Kafka and Redis
 default to the configuration's ``kafkaBootstrapServers`` and ``redisUrl``; the topics are
 created if missing (Tansu, the embedded broker, does not auto-create them).
+
+A query that fails (typically: Kafka away for longer than the client timeouts, so the source's
+offset probe, a task's read or the decision stage's producer flush gives up after 15-120 s) is
+restarted in this process, from the same checkpoint and with a fresh decision stage that
+re-seeds its view from Redis, exactly as a new process would; that restart is exact (see
+``streaming.decide``). The wait before a restart doubles from 1 s to 60 s while restarts keep
+failing and starts again at 1 s once a restarted query has completed a batch.
+``--max-restarts`` bounds the number of restarts (0: exit on the first failure).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 log = logging.getLogger("streaming.cli")
+
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 60.0
+_SUMMARY_MAX_CHARS = 500
+# Spark's wrapper around every query failure; the cause after it names the error
+_STREAM_FAILED = re.compile(r"\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +91,16 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--shuffle-partitions", type=int, default=2, help="state partitions for a new checkpoint"
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="restart a failed query (e.g. Kafka away longer than the client timeouts) at most "
+        f"N times, from the same checkpoint, waiting {RESTART_BACKOFF_S:g} s doubling to "
+        f"{RESTART_BACKOFF_MAX_S:g} s (back to {RESTART_BACKOFF_S:g} s once a batch completes); "
+        "0 = exit on the first failure (default: unlimited)",
     )
     add_config_arguments(parser)
     add_metrics_argument(parser)
@@ -139,23 +167,164 @@ def run_stream(args: argparse.Namespace) -> int:
     if settings.redis_url is None:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")
     spark = spark_session(args.master, args.shuffle_partitions)
-    query = start_query(spark, settings, config)
+    secrets = tuple(config.secret_values())
+
+    def start(on_batch: Callable[[Any], None]) -> Any:
+        # Everything a fresh process builds per query: a new DecisionStage (re-seeded from
+        # Redis at its first batch) over the same checkpoint. Topics, the session and the
+        # metrics endpoint outlive a query.
+        return start_query(spark, settings, config, on_batch=on_batch)
+
     # A supervisor (``lbctl run``, systemd, Kubernetes) stops with SIGTERM: treat it exactly like
     # Ctrl-C, whose handler (installed by the SparkContext) cancels the running jobs before it
-    # raises KeyboardInterrupt, so the process exits 130 instead of dying inside a py4j call.
+    # raises KeyboardInterrupt, so the process exits 130 instead of dying inside a py4j call
+    # (or in the wait before a restart).
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():
         on_int = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGTERM, on_int if callable(on_int) else _raise_keyboard_interrupt)
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-        return 130
+        return run_with_restarts(
+            start,
+            max_restarts=getattr(args, "max_restarts", None),
+            restartable=_restartable_errors(),
+            describe=lambda e: describe_failure(e, secrets),
+        )
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
-    return 0
+
+
+def restart_delay(
+    failures: int, base_s: float = RESTART_BACKOFF_S, cap_s: float = RESTART_BACKOFF_MAX_S
+) -> float:
+    """Seconds to wait before restarting after the ``failures``-th failure in a row (1-based;
+    a completed batch ends the row): ``base_s`` doubling up to ``cap_s``."""
+    if failures < 1:
+        raise ValueError(f"failures must be >= 1, got {failures}")
+    return min(cap_s, base_s * 2.0 ** min(failures - 1, 64))
+
+
+def failure_summary(text: str) -> str:
+    """One line naming a query failure: the message's first line without Spark's
+    ``[STREAM_FAILED] Query [ids] terminated with exception:`` wrapper, and when that line ends in
+    a Python traceback (errors of the Kafka source or the decision stage reach the driver that
+    way), the traceback's exception line, which names the actual error."""
+    text = _STREAM_FAILED.sub("", text, count=1)
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or "unknown error"
+    marker = "Traceback (most recent call last):"
+    if marker in text:
+        after = text.split(marker, 1)[1].splitlines()
+        cause = next(
+            (ln.strip() for ln in after if ln.strip() and not ln[:1].isspace()),
+            "",
+        )
+        head = first.split(marker, 1)[0].rstrip(" :")
+        first = f"{head}: {cause}" if head and cause else head or cause or first
+    if len(first) > _SUMMARY_MAX_CHARS:
+        first = first[: _SUMMARY_MAX_CHARS - 3] + "..."
+    return first
+
+
+def describe_failure(error: BaseException, secrets: Iterable[str] = ()) -> str:
+    """``failure_summary`` of ``error`` with URL passwords and the configured ``secrets`` masked
+    (the log filter does it too; this line must be safe wherever it is printed)."""
+    from infra.redaction import redact_text
+
+    return redact_text(failure_summary(str(error)), secrets)
+
+
+def run_with_restarts(
+    start: Callable[[Callable[[Any], None]], Any],
+    *,
+    max_restarts: int | None = None,
+    restartable: tuple[type[BaseException], ...] = (Exception,),
+    describe: Callable[[BaseException], str] = lambda e: failure_summary(str(e)),
+    sleep: Callable[[float], None] = time.sleep,
+    delay: Callable[[int], float] = restart_delay,
+) -> int:
+    """Run a query until it ends, restarting it when it fails; the exit status.
+
+    ``start(on_batch)`` starts a query (``awaitTermination()``, ``stop()``) that calls
+    ``on_batch`` after each completed batch. A ``restartable`` error from the query (or from
+    ``start`` when restarting) is logged in one line and the query restarted after
+    ``delay(failures)`` s, ``failures`` counting the failures since a batch last completed.
+    Returns 0 when the query ends by itself (``--available-now``), 1 after ``max_restarts``
+    restarts (``None``: no limit), 130 on KeyboardInterrupt (Ctrl-C, or SIGTERM through the
+    handler ``run_stream`` installs), also during the wait; other errors propagate.
+    """
+    completed = threading.Event()
+
+    def on_batch(_stats: Any) -> None:
+        completed.set()
+
+    restarts = failures = 0
+    query: Any = None
+    try:
+        query = start(on_batch)  # failing to start at all is not a restart case: it propagates
+        while True:
+            started = time.monotonic()
+            try:
+                if query is None:
+                    query = start(on_batch)
+                query.awaitTermination()
+                return 0
+            except restartable as e:
+                error: BaseException = e
+            query = None  # terminated (or never started): nothing to stop
+            if completed.is_set():
+                failures = 0
+            completed.clear()
+            failures += 1
+            reason = _describe_safely(describe, error)
+            log.debug("the query's error in full", exc_info=error)
+            ran_s = time.monotonic() - started
+            if max_restarts is not None and restarts >= max_restarts:
+                log.error(
+                    "streaming query failed after %.0f s: %s; not restarting (%d restart%s, "
+                    "--max-restarts %d)",
+                    ran_s, reason, restarts, "" if restarts == 1 else "s", max_restarts,
+                )  # fmt: skip
+                return 1
+            wait_s = delay(failures)
+            restarts += 1
+            limit = "" if max_restarts is None else f"/{max_restarts}"
+            log.warning(
+                "streaming query failed after %.0f s: %s; restart %d%s from the checkpoint in "
+                "%.0f s (%d failure%s in a row)",
+                ran_s, reason, restarts, limit, wait_s, failures, "" if failures == 1 else "s",
+            )  # fmt: skip
+            sleep(wait_s)
+    except KeyboardInterrupt:
+        if query is not None:
+            try:
+                query.stop()
+            except Exception:  # the JVM got the signal too (a group kill) and is going away
+                log.debug("stopping the query after an interrupt failed", exc_info=True)
+        return 130
+
+
+def _describe_safely(describe: Callable[[BaseException], str], error: BaseException) -> str:
+    try:
+        return describe(error)
+    except Exception:  # e.g. the JVM went away while formatting the message
+        return type(error).__name__
+
+
+def _restartable_errors() -> tuple[type[BaseException], ...]:
+    """Errors raised by Spark for a failed query or a failed start (the JVM answered); a dead
+    gateway (py4j network errors) is not among them, since a restart cannot help."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JJavaError)
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
