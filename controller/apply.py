@@ -74,14 +74,16 @@ def outcome_of(store: RedisStore, decision_id: str) -> Outcome | None:
 
 # KEYS: outcomes hash, outcome stream; ARGV: id, doc (JSON), stream maxlen, then the stream
 # entry's field/value pairs. The first real outcome of an id wins the hash (a dry run does not
-# count); a later one for the same id comes from a second controller that raced this one, and
-# goes to the stream only, as a conflict naming the outcome that won.
+# count, nor does a conflict: it changed nothing, and with two controllers racing it is the
+# loser's view of a change the other one is still recording); a later one for the same id comes
+# from a second controller that raced this one, and goes to the stream only, as a conflict
+# naming the outcome that won.
 _LUA_RECORD = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local first = ''
 if cur then
   local prev = cjson.decode(cur)['outcome']
-  if prev ~= 'dry_run' then first = prev end
+  if prev ~= 'dry_run' and prev ~= 'conflict' then first = prev end
 end
 local entry = {}
 for i = 4, #ARGV do entry[#entry + 1] = ARGV[i] end
@@ -147,7 +149,7 @@ def apply_decision(
 ) -> Outcome:
     """Apply one decision and record its outcome (see the module docstring)."""
     previous = outcome_of(store, d.id)
-    if previous is not None and previous.outcome != DRY_RUN:
+    if previous is not None and previous.outcome not in (DRY_RUN, CONFLICT):
         duplicate = Outcome(d.id, DUPLICATE, f"already {previous.outcome}")
         _report_duplicate(store, d, duplicate, now_ms)
         return duplicate
