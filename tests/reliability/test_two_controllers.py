@@ -148,3 +148,25 @@ def test_a_controller_that_raced_past_the_dedup_check_reports_a_conflict_and_cha
         assert (after.boundaries, after.leases) == (before.boundaries, before.leases)
     races = [f for _, f in fresh_redis.xrange("race:outcome-stream") if b"race" in f]
     assert [(f[b"outcome"], f[b"race"]) for f in races] == [(b"conflict", b"applied")] * 2
+
+
+def test_a_losers_conflict_recorded_first_does_not_hide_the_winners_applied(fresh_redis):
+    """The other interleaving (seen in CI): B's compare-and-set loses against A's change while A
+    is still between its script and its record, so B records ``conflict`` first. A conflict
+    changed nothing, so A's ``applied`` must still win the hash; the stream keeps both."""
+    from controller.apply import Outcome
+
+    store_a, store_b = RedisStore(fresh_redis, "race2"), RedisStore(fresh_redis, "race2")
+    names = _setup(store_a, 0)
+    move = make_decision(cycle="c", kind=TRANSFER, bundle=names[1], source_broker="b1",
+                         destination_broker="b2")  # fmt: skip
+    lost = _record(store_b, move, Outcome(move.id, "conflict", "lease changed"), 1)
+    assert lost.outcome == "conflict"
+    done = _apply(store_a, move, 1, HOUR_MS, False)
+    assert done.outcome == "applied"
+    assert _record(store_a, move, done, 2).outcome == "applied"
+    assert outcome_of(store_b, move.id).outcome == "applied", "a conflict never wins the hash"
+    kinds = [f[b"outcome"] for _, f in fresh_redis.xrange("race2:outcome-stream")]
+    assert kinds == [b"conflict", b"applied"]
+    # a replay now finds the real outcome and reports a duplicate
+    assert apply_decision(store_b, move, now_ms=3, lease_ttl_ms=HOUR_MS).outcome == "duplicate"
