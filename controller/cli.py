@@ -8,7 +8,9 @@ Redis URL comes from ``--redis-url``, else the configuration's ``redisUrl``
 Verbs that change ownership (``lookup`` when it assigns, ``unload``, ``split-bundle``) publish
 the change to the ownership-events topic when Kafka is configured (``--bootstrap-servers`` or
 ``kafkaBootstrapServers``), as the control loop does, so followers miss no change made by hand;
-``--no-events`` turns that off. ``control --metrics-port`` serves Prometheus metrics.
+``--no-events`` turns that off. ``control --metrics-port`` serves Prometheus metrics;
+``control`` rebuilds a Redis that lost its data by itself unless ``--no-auto-recover``
+(``controller.recovery.AutoRecovery``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=5.0,
         help="seconds between sweeps of expired leases (default 5)",
+    )
+    rec = ctl.add_argument_group(
+        "recovery of a lost Redis",
+        "By default the loop checks for a data loss (Redis restarted without persistence: the "
+        "epoch key P:epoch gone or changed, or brokers reporting bundles of unknown namespaces) "
+        "at start, on every sweep and before every decision. On a loss it holds decisions and "
+        "sweeps, waits for the brokers to re-register and report, rebuilds namespaces and leases "
+        "above the largest token on the ownership-events topic, logs a summary and keeps the "
+        "report at P:recovery:last.",
+    )
+    rec.add_argument(
+        "--no-auto-recover",
+        action="store_true",
+        help="do not detect or recover a data loss; leave it to the operator "
+        "(python -m controller.recovery); implied by --dry-run",
+    )
+    rec.add_argument(
+        "--recovery-wait-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds to wait after detecting a loss before rebuilding (default: one report "
+        "check interval, loadBalancerReportUpdateMinIntervalMillis)",
+    )
+    rec.add_argument(
+        "--recovery-max-wait-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="while no live broker reports a bundle, keep waiting up to this long after the "
+        "detection, then rebuild with what there is (default 60)",
+    )
+    rec.add_argument(
+        "--known-namespace",
+        action="append",
+        default=[],
+        metavar="NS=N",
+        help="a namespace to re-create with N bundles if no broker reports it (repeatable)",
     )
     metrics.add_metrics_argument(ctl)
     add_config_arguments(ctl)
@@ -341,12 +381,14 @@ def _brokers_list(
 
 def _control(args: argparse.Namespace) -> int:
     from controller.loop import run_loop
+    from controller.recovery import AutoRecovery
     from controller.redis_store import RedisStore
     from infra.topics import ensure_topics
 
     try:
         config = load_from_args(args)
-    except ConfigError as e:
+        known = {k: int(v) for k, _, v in (x.partition("=") for x in args.known_namespace)}
+    except (ConfigError, ValueError) as e:
         print(f"lbctl control: {e}", file=sys.stderr)
         return 2
     url = args.redis_url or config.redis_url
@@ -362,21 +404,37 @@ def _control(args: argparse.Namespace) -> int:
     topics = (config.decisions_topic, config.ownership_events_topic)
     ensure_topics(bootstrap, dict.fromkeys(topics, config.topic_partitions), security)
     metrics_port = metrics.serve_from_args(args)
+    store = RedisStore.from_url(url, prefix=config.redis_key_prefix, **config.redis_client_kwargs())
+    lease_ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
+    recovery = None
+    if not args.no_auto_recover and not args.dry_run:
+        wait_s = args.recovery_wait_s
+        if wait_s is None:
+            wait_s = config.load_balancer_report_update_min_interval_millis / 1000
+        recovery = AutoRecovery(
+            store,
+            bootstrap,
+            config.ownership_events_topic,
+            lease_ttl_ms,
+            client_config=security,
+            wait_s=wait_s,
+            max_wait_s=args.recovery_max_wait_s,
+            known_namespaces=known,
+        )
     try:
         stats = run_loop(
-            RedisStore.from_url(
-                url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
-            ),
+            store,
             client_config=client_config,
             decisions_topic=config.decisions_topic,
             events_topic=config.ownership_events_topic,
             group_id=args.group,
-            lease_ttl_ms=int(config.load_balancer_ownership_lease_ttl_seconds * 1000),
+            lease_ttl_ms=lease_ttl_ms,
             max_messages=args.max_messages,
             dry_run=args.dry_run,
             max_decision_bytes=config.max_decision_bytes,
             config=config,
             sweep_interval_s=args.sweep_interval_s,
+            recovery=recovery,
         )
     except Transient as e:  # stopped while Kafka refused events: the replay will send them
         print(f"lbctl control: stopped with undelivered events: {e}", file=sys.stderr)

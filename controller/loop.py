@@ -15,6 +15,14 @@ read before applying are saved in a Redis outbox first, and the replayed record 
 ``already_satisfied`` or ``duplicate``) publishes them from there. Sweep events have no outbox:
 a sweep killed before its flush loses its ``expired``/``assigned`` events (Redis stays right).
 
+A Redis that lost its data (restarted without persistence) is rebuilt by the loop itself when
+given an ``AutoRecovery`` (``controller.recovery``; ``lbctl control`` does, unless
+``--no-auto-recover``): it is checked at start, on every sweep and, with one GET of the epoch key,
+before every decision. From the detection until the recovery the loop neither applies decisions
+(each is held un-committed: seek back and wait, as for a Redis outage) nor sweeps, since either
+would hand out tokens below the floor or place bundles on a half-rebuilt ring. After it, the
+loop logs a one-line summary, publishes an ``assigned`` event per re-granted lease and resumes.
+
 Consumer settings follow DESIGN.md §6: ``session.timeout.ms=6000`` and
 ``max.poll.interval.ms=10000`` keep a group join on the embedded broker to a few seconds.
 """
@@ -54,18 +62,21 @@ from controller.events import (
     SPLIT as SPLIT_EVENT,
 )
 from controller.placement import sweep_and_reassign
+from controller.recovery import AutoRecovery, recovery_events, summary
 from controller.redis_store import Lease, RedisStore
 from controller.store import OwnershipStore
 from lbctl import metrics
 from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision, decode_decision
-from loadbalance.errors import InvalidDecision
+from loadbalance.errors import InvalidDecision, Transient
 
 REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError)
 """Errors that mean Redis is away for now (a restart, a failover): wait and retry, not exit."""
 REDIS_BACKOFF_FIRST_S = 0.2
 REDIS_BACKOFF_MAX_S = 5.0
+RECOVERY_HOLD_S = 0.5
+"""How long a decision held during a pending recovery waits before it is read again."""
 
 log = logging.getLogger("lbctl.control")
 
@@ -81,6 +92,7 @@ class LoopStats:
     events: int = 0
     sweeps: int = 0
     expired: int = 0
+    recoveries: int = 0
 
 
 def _bundles_of(d: Decision) -> list[str]:
@@ -213,13 +225,17 @@ def run_loop(
     config: LoadBalancerConfig | None = None,
     sweep_interval_s: float = 5.0,
     publisher: EventPublisher | None = None,
+    recovery: AutoRecovery | None = None,
 ) -> LoopStats:
     """Consume until stopped, ``max_messages`` records, or ``idle_timeout_s`` without one.
 
     With ``config``, expired leases are swept (and their bundles placed again) every
     ``sweep_interval_s``. ``publisher`` defaults to one on ``events_topic`` over
-    ``client_config``; the loop closes only a publisher it created.
+    ``client_config``; the loop closes only a publisher it created. With ``recovery``, a store
+    that lost its data is rebuilt (module docstring), checked every ``sweep_interval_s`` too.
     """
+    if dry_run:
+        recovery = None  # a dry run changes nothing, so it rebuilds nothing either
     consumer = Consumer(
         {
             **client_config,
@@ -277,6 +293,31 @@ def run_loop(
             clear_outbox(store, d.id)
         return outcome.outcome
 
+    def check_recovery() -> None:
+        """Detect or progress a data loss; after a recovery, report and announce it."""
+        assert recovery is not None
+        try:
+            report = recovery.check(clock())
+        except REDIS_UNAVAILABLE as e:  # the next check tries again
+            log.warning("recovery check skipped: Redis unavailable (%s)", e)
+            return
+        except Transient as e:
+            log.warning("recovery postponed, token floor unknown: %s", e)
+            return
+        if report is None:
+            return
+        stats.recoveries += 1
+        metrics.CONTROL_RECOVERIES.inc()
+        log.warning("%s", summary(report, f"{store.p}:recovery:last"))
+        deliver(recovery_events(report))
+
+    def hold(msg: Any, delay: float) -> None:
+        """Read ``msg`` again after ``delay`` s: nothing is committed meanwhile."""
+        consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+        deadline = time.monotonic() + delay
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     redis_failures = 0
     previous = {}
     try:
@@ -284,10 +325,21 @@ def run_loop(
             previous[sig] = signal.signal(sig, stop)
     except ValueError:  # not the main thread: the caller stops us by max_messages/idle
         previous = {}
-    last_message = last_sweep = time.monotonic()
+    last_message = last_sweep = last_check = time.monotonic()
     try:
+        if recovery is not None:
+            check_recovery()  # at start: a loss while no controller ran
         while not stopping and (max_messages is None or stats.consumed < max_messages):
-            if config is not None and time.monotonic() - last_sweep >= sweep_interval_s:
+            if recovery is not None and (
+                recovery.pending or time.monotonic() - last_check >= sweep_interval_s
+            ):
+                last_check = time.monotonic()
+                check_recovery()
+            if (
+                config is not None
+                and time.monotonic() - last_sweep >= sweep_interval_s
+                and not (recovery is not None and recovery.pending)
+            ):
                 last_sweep = time.monotonic()
                 try:
                     events = sweep_and_reassign(store, config, clock())
@@ -295,8 +347,11 @@ def run_loop(
                     log.warning("sweep skipped: Redis unavailable (%s)", e)
                     events = []
                 else:
+                    expired = sum(1 for e in events if e.event == "expired")
                     stats.sweeps += 1
-                    stats.expired += sum(1 for e in events if e.event == "expired")
+                    stats.expired += expired
+                    metrics.CONTROL_SWEEPS.inc()
+                    metrics.CONTROL_LEASES_EXPIRED.inc(expired)
                 deliver(events)
             msg = consumer.poll(0.5)
             if msg is None:
@@ -308,6 +363,16 @@ def run_loop(
                     log.warning("consumer error: %s", msg.error())
                 continue
             last_message = time.monotonic()
+            if recovery is not None:
+                try:
+                    if not recovery.pending and recovery.suspect():
+                        check_recovery()  # a loss since the last check: before this decision
+                except REDIS_UNAVAILABLE:
+                    pass  # _handle meets the outage below and backs off
+                if recovery.pending:
+                    log.debug("recovery pending: record %s/%s held", msg.partition(), msg.offset())
+                    hold(msg, RECOVERY_HOLD_S)
+                    continue
             started = time.perf_counter()
             now = clock()
             try:
@@ -319,10 +384,7 @@ def run_loop(
                 redis_failures += 1
                 where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
                 log.warning("Redis unavailable (%s): record %s again in %.1f s", e, where, delay)
-                consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
-                deadline = time.monotonic() + delay
-                while not stopping and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                hold(msg, delay)
                 continue
             redis_failures = 0
             stats.consumed += 1

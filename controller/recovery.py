@@ -21,6 +21,11 @@ reporting the bundles they serve, so the controller can rebuild:
 4. **report** (``RecoveryReport``, also stored at ``P:recovery:last`` and streamed to
    ``P:recovery-log``): what was rebuilt, from what, and what is lost for good.
 
+``lbctl control`` runs this by itself (``AutoRecovery``, called by ``controller.loop.run_loop``):
+it holds decisions and sweeps from the detection until the recovery, logs a one-line
+``summary``, and announces the re-granted leases on the ownership-events topic
+(``recovery_events``). ``python -m controller.recovery`` stays for ``--no-auto-recover``.
+
 Namespace versions restart at the recovery time in ms, above any version the lost store could
 have had, so a cache keyed by version (lookups, the streaming job) cannot take the rebuilt
 boundaries for the ones it saw. Time is an argument (``now_ms``), as everywhere in the store.
@@ -29,14 +34,19 @@ boundaries for the ones it saw. Time is an argument (``now_ms``), as everywhere 
 from __future__ import annotations
 
 import json
+import logging
+import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from controller.events import ASSIGNED, OwnershipEvent
 from controller.redis_store import BrokerNotAlive, RedisStore, _csv
 from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
 from loadbalance.errors import Conflict, InvalidInput
+
+log = logging.getLogger("lbctl.recovery")
 
 # What no broker can give back; listed in every report so an operator knows what to expect.
 ALWAYS_LOST = (
@@ -249,8 +259,6 @@ def token_floor_from_events(
     it had when called; raises ``Transient`` if it cannot, because a floor that is too low
     would let a new token equal one a stale broker still holds.
     """
-    import time
-
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     from infra.offsets import latest_offsets
@@ -297,17 +305,163 @@ def last_report(store: RedisStore) -> dict[str, Any] | None:
     return json.loads(raw) if raw is not None else None
 
 
+def summary(report: RecoveryReport, report_key: str = "P:recovery:last") -> str:
+    """One log line: what was rebuilt, granted, left unowned, refused, and lost for good."""
+    rebuilt = ", ".join(
+        f"{ns} ({r.bundles} bundles: {r.from_reports} reported, {r.gaps_filled} gaps, {r.source})"
+        for ns, r in sorted(report.namespaces.items())
+    )
+    return (
+        f"recovered from a Redis data loss ({report.reason}): "
+        f"{len(report.namespaces)} namespaces rebuilt [{rebuilt}]; "
+        f"{len(report.leases_granted)} leases granted above token floor {report.token_floor}; "
+        f"{len(report.unowned)} bundles unowned; {len(report.refused)} claims refused; "
+        "lost for good: decision outcomes (de-duplication history), split/merge history, "
+        f"stream progress and preallocations; new epoch {report.epoch}; "
+        f"full report at {report_key}"
+    )
+
+
+def recovery_events(report: RecoveryReport) -> list[OwnershipEvent]:
+    """An ``assigned`` event per lease ``recover`` granted, so followers learn the new tokens
+    (and a later recovery's token floor, read from the same topic, is above them)."""
+    return [
+        OwnershipEvent(
+            ASSIGNED,
+            bundle,
+            report.at_ms,
+            new_owner=broker,
+            new_token=token,
+            reason=f"recovered after a Redis data loss (epoch {report.epoch})",
+        )
+        for bundle, (broker, token) in sorted(report.leases_granted.items())
+    ]
+
+
+@dataclass
+class AutoRecovery:
+    """The control loop's recovery: detect a loss, wait for the brokers, then ``recover``.
+
+    The loop calls ``check`` at start, on every sweep and before every decision while
+    ``suspect`` or ``pending`` says so. States:
+
+    * **watching**: ``known_epoch`` is the epoch this controller last saw (adopted the first time
+      one exists: a cluster's first namespace writes it). A read of ``P:epoch`` equal to it is
+      the whole check, so a Redis restart that kept its data (AOF) costs one GET per check.
+    * **pending** (``reason`` set): a loss was detected (``detect_loss``). The loop holds its
+      decisions and skips its sweeps. After ``wait_s`` (one report interval: brokers re-register
+      on every check and the streaming job rewrites the snapshot), the claims are read again;
+      while there are none (and no ``known_namespaces``), it waits another ``wait_s``, up to
+      ``max_wait_s`` after the detection, then recovers with what there is.
+    * **recovering**: the token floor is read from the ownership-events topic (outside Redis;
+      ``Transient`` if unreadable: stay pending and try again after ``wait_s``), ``recover``
+      rebuilds and writes the report and the new epoch, which becomes ``known_epoch``.
+
+    Why an epoch that differs from ours is adopted when ``P:recovery:last`` names it: another
+    controller (or the operator's ``python -m controller.recovery``) already rebuilt the store;
+    recovering again would only replace that epoch, which the other controller would then take
+    for a loss, and so on.
+    """
+
+    store: RedisStore
+    bootstrap_servers: str
+    events_topic: str
+    lease_ttl_ms: int
+    client_config: Mapping[str, Any] | None = None
+    wait_s: float = 5.0
+    max_wait_s: float = 60.0
+    known_namespaces: Mapping[str, int] = field(default_factory=dict)
+    floor_timeout_s: float = 30.0
+    monotonic: Callable[[], float] = time.monotonic
+    known_epoch: str | None = None
+    reason: str | None = None
+    detected_at: float = 0.0
+    next_look: float = 0.0
+
+    @property
+    def pending(self) -> bool:
+        return self.reason is not None
+
+    def suspect(self) -> bool:
+        """Cheap check (one GET) for the loop's hot path: the epoch is not the one we saw."""
+        return self.known_epoch is not None and current_epoch(self.store) != self.known_epoch
+
+    def _recovered_epoch(self, epoch: str | None) -> bool:
+        report = last_report(self.store) if epoch is not None else None
+        return report is not None and report.get("epoch") == epoch
+
+    def check(self, now_ms: int) -> RecoveryReport | None:
+        """Detect or progress a loss; the report when this call recovered, else None.
+
+        Raises Redis connection errors (the caller retries) and ``Transient`` when the token
+        floor cannot be read (the loss stays pending)."""
+        t = self.monotonic()
+        if self.pending and t < self.next_look:
+            return None
+        epoch = current_epoch(self.store)
+        if not self.pending:
+            if epoch is not None and epoch == self.known_epoch:
+                return None
+            if epoch is not None and self.known_epoch is not None and self._recovered_epoch(epoch):
+                log.warning("the store was recovered elsewhere: adopting epoch %s", epoch)
+                self.known_epoch = epoch
+                return None
+            # detect_loss reads the claims only when no epoch was ever seen: skip a big read else
+            unseen = epoch is None and self.known_epoch is None
+            claims = claims_from_snapshot(self.store, now_ms) if unseen else {}
+            reason = detect_loss(self.store, self.known_epoch, claims)
+            if reason is None:
+                self.known_epoch = epoch if epoch is not None else self.known_epoch
+                return None
+            self.reason, self.detected_at, self.next_look = reason, t, t + self.wait_s
+            log.warning(
+                "Redis lost its data (%s): holding decisions and sweeps; recovering in %.1f s, "
+                "once brokers re-register and report",
+                reason,
+                self.wait_s,
+            )
+            return None
+        if epoch is not None and epoch == self.known_epoch:
+            log.warning("the epoch %s is back (a failover back to the data): no recovery", epoch)
+            self.reason = None
+            return None
+        if self._recovered_epoch(epoch):
+            log.warning("the store was recovered elsewhere: adopting epoch %s", epoch)
+            self.known_epoch, self.reason = epoch, None
+            return None
+        claims = claims_from_snapshot(self.store, now_ms)
+        if not claims and not self.known_namespaces and t - self.detected_at < self.max_wait_s:
+            self.next_look = t + self.wait_s
+            log.info("no live broker reports bundles yet: recovery waits %.1f s more", self.wait_s)
+            return None
+        self.next_look = t + self.wait_s  # if reading the floor fails, try again then
+        floor = token_floor_from_events(
+            self.bootstrap_servers, self.events_topic, self.client_config, self.floor_timeout_s
+        )
+        report = recover(
+            self.store,
+            claims,
+            now_ms=now_ms,
+            lease_ttl_ms=self.lease_ttl_ms,
+            token_floor=floor,
+            reason=self.reason or "",
+            known_namespaces=self.known_namespaces,
+        )
+        self.known_epoch, self.reason = report.epoch, None
+        return report
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m controller.recovery``: check for a data loss and, if found, recover.
 
-    Why a module entry point: until the control loop calls the recovery itself
-    (docs/reliability.md), this is the operator's command after a Redis without persistence
-    restarted. Exit status: 0 nothing lost or recovered, 1 a loss found with ``--check``, 2 bad
-    usage. The report is printed as JSON.
+    Why a module entry point: ``lbctl control`` recovers by itself unless started with
+    ``--no-auto-recover``; then (or with no controller running) this is the operator's command
+    after a Redis without persistence restarted. It publishes no ownership events. Exit
+    status: 0 nothing lost or recovered, 1 a loss found with ``--check``, 2 bad usage. The
+    report is printed as JSON.
     """
     import argparse
     import sys
-    import time
 
     from lbctl.config_cmd import add_config_arguments, load_from_args
     from loadbalance.config import ConfigError

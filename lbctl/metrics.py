@@ -168,6 +168,16 @@ CONTROL_CYCLE_DURATION = Histogram(
 OWNERSHIP_EVENTS_PUBLISHED = Counter(
     "lbctl_ownership_events_published_total", "Ownership events published", ["event"]
 )
+CONTROL_SWEEPS = Counter(
+    "lbctl_control_sweeps_total", "Sweeps of expired leases the control loop completed"
+)
+CONTROL_LEASES_EXPIRED = Counter(
+    "lbctl_control_leases_expired_total", "Expired leases the control loop's sweeps removed"
+)
+CONTROL_RECOVERIES = Counter(
+    "lbctl_control_recoveries_total",
+    "Rebuilds of a store that lost its data (Redis without persistence), run by the control loop",
+)
 #: ``result`` is owned (an owner answered), assigned (placed on lookup), none, or failure.
 LOOKUPS = Counter("lbctl_lookups_total", "Bundle owner lookups", ["result"])
 LOOKUP_DURATION = Histogram(
