@@ -168,6 +168,13 @@ def decode_report(
     max_bytes: int = DEFAULT_MAX_REPORT_BYTES,
 ) -> LocalBrokerData:
     """Decode one report; ``broker_id`` is the record key, else ``webServiceUrl``'s host:port."""
+    return report_from_document(load_report_document(raw, max_bytes=max_bytes), broker_id)
+
+
+def load_report_document(
+    raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_REPORT_BYTES
+) -> dict[str, Any]:
+    """The first steps of ``decode_report``: size limit, strict UTF-8, JSON, a JSON object."""
     if raw is None:
         raise InvalidReport("record", "empty record value")
     if len(raw) > max_bytes:
@@ -180,6 +187,11 @@ def decode_report(
         raise InvalidReport("record", f"not valid JSON ({type(e).__name__})") from None
     if not isinstance(doc, dict):
         raise InvalidReport("record", f"must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def report_from_document(doc: dict[str, Any], broker_id: str | None = None) -> LocalBrokerData:
+    """The last step of ``decode_report``: ``report_from_dict`` with field and reason capped."""
     try:
         return report_from_dict(doc, broker_id)
     except InvalidReport as e:
