@@ -146,6 +146,27 @@ def live_phase(bootstrap, topic, reports, seconds: float, interval_s: float, sen
     p.flush(60)
 
 
+def print_live_breakdown(live: list[BatchStats], progress: list[dict]) -> None:
+    """Where a live batch's time goes: Spark's phases, the state operator, the decision stage."""
+    if not live or not progress:
+        return
+    parts: dict[str, float] = {}
+    for p in progress:
+        for k, v in p["durationMs"].items():
+            parts[k] = parts.get(k, 0.0) + v / len(progress)
+        for op in p.get("stateOperators", []):
+            for k in ("commitTimeMs", "allUpdatesTimeMs", "allRemovalsTimeMs"):
+                parts["state." + k] = parts.get("state." + k, 0.0) + op.get(k, 0) / len(progress)
+    rows = statistics.mean(p["numInputRows"] for p in progress)
+    print("live batches (reports, total ms, decision stage ms, decisions):",
+          [(p["numInputRows"], p["durationMs"]["triggerExecution"]) for p in progress],
+          [(round(s.duration_ms - s.collect_ms), s.decisions) for s in live])  # fmt: skip
+    print(f"live: {len(live)} batches, {rows:.1f} reports per batch; mean ms per batch:",
+          {k: round(v) for k, v in sorted(parts.items())},
+          f"of which Spark plan {statistics.mean(s.collect_ms for s in live):.0f}, decision "
+          f"stage {statistics.mean(s.duration_ms - s.collect_ms for s in live):.0f}")  # fmt: skip
+
+
 def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
@@ -248,6 +269,10 @@ def main() -> int:
             if done is not None:
                 latencies.append(done * 1000 - ts)
         live_rate = len(sent) * args.bundles / args.live_seconds
+        live_batches = [s for s, _ in batches[seen_before:] if not s.skipped]
+        live_progress = [p for p in query.recentProgress
+                         if p["batchId"] > (steady[-1]["batchId"] if steady else -1)]  # fmt: skip
+        print_live_breakdown(live_batches, live_progress)
         state = query.lastProgress["stateOperators"][0] if query.lastProgress else {}
         sst = state.get("customMetrics", {}).get("rocksdbSstFileSize", 0)
         rows_total = state.get("numRowsTotal", 0)

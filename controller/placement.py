@@ -13,8 +13,9 @@ Every lease granted here is an ownership change, so it comes back as an ``assign
 publisher and the control loop's sweep put them on the ownership-events topic.
 
 Snapshot keys (prefix ``P``): ``P:load:brokers`` (broker -> JSON ``{"report": LocalBrokerData,
-"historyUsage", "msgThroughputEma", "updatedAtMs"}``), ``P:load:bundles`` (bundle -> JSON
-``{"shortTerm", "longTerm", "topics"}``), ``P:prealloc:<broker>`` (bundle -> JSON averages).
+"historyUsage", "msgThroughputEma", "updatedAtMs"}``), ``P:load:shards`` (state shard -> blob
+of its bundles' averages, read as documents ``{"shortTerm", "longTerm", "topics", ...}`` through
+``streaming.snapshot_docs``), ``P:prealloc:<broker>`` (bundle -> JSON averages).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from loadbalance.placement.pipeline import BrokerSelector
 from loadbalance.snapshot import parse_snapshot
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
+from streaming.snapshot_docs import blobs_from_docs, read_bundle_docs, shards_key
 
 
 def _avg_doc(t: Any) -> dict[str, float]:
@@ -61,14 +63,12 @@ def put_load_snapshot(
 ) -> None:
     """Replace the snapshot (what the streaming job calls after each batch)."""
     pipe = store.r.pipeline(transaction=True)
-    pipe.delete(f"{store.p}:load:brokers", f"{store.p}:load:bundles")
+    pipe.delete(f"{store.p}:load:brokers", shards_key(store.p))
     if brokers:
         pipe.hset(f"{store.p}:load:brokers", mapping={b: json.dumps(v) for b, v in brokers.items()})
     if bundles:
-        pipe.hset(
-            f"{store.p}:load:bundles",
-            mapping={b: json.dumps(bundle_data_doc(d)) for b, d in bundles.items()},
-        )
+        docs = {b: bundle_data_doc(d) for b, d in bundles.items()}
+        pipe.hset(shards_key(store.p), mapping=blobs_from_docs(docs))
     pipe.execute()
 
 
@@ -81,9 +81,7 @@ def load_view(store: RedisStore, config: LoadBalancerConfig, now_ms: int) -> Clu
     brokers = {b: v for b, v in raw_brokers.items() if b in live}
     if not brokers:
         return None
-    bundles = {
-        k.decode(): json.loads(v) for k, v in store.r.hgetall(f"{store.p}:load:bundles").items()
-    }
+    bundles = read_bundle_docs(store.r, store.p)
     snap = parse_snapshot(
         json.dumps({"nowMs": now_ms, "brokers": brokers, "bundleData": bundles}),
         weights_from_config(config),

@@ -45,6 +45,7 @@ from controller.events import ASSIGNED, OwnershipEvent
 from controller.redis_store import BrokerNotAlive, RedisStore, _csv
 from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
 from loadbalance.errors import Conflict, InvalidInput
+from streaming.snapshot_docs import read_bundle_docs
 
 log = logging.getLogger("lbctl.recovery")
 
@@ -72,10 +73,10 @@ def claims_from_snapshot(store: RedisStore, now_ms: int) -> dict[str, list[str]]
     the loss, keeping only brokers registered and live again."""
     live = set(store.live_brokers(now_ms))
     claims: dict[str, list[str]] = {}
-    for bundle, raw in store.r.hgetall(f"{store.p}:load:bundles").items():
-        broker = json.loads(raw).get("broker")
+    for bundle, doc in read_bundle_docs(store.r, store.p).items():
+        broker = doc.get("broker")
         if broker in live:
-            claims.setdefault(broker, []).append(bundle.decode())
+            claims.setdefault(broker, []).append(bundle)
     return {b: sorted(v) for b, v in sorted(claims.items())}
 
 

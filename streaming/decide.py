@@ -4,13 +4,15 @@ Per micro-batch, on the driver:
 
 1. collect the batch's rows (touched bundles and brokers, gone brokers, expired bundles, dead
    letters) and publish the dead letters;
-2. apply the rows to the driver's ``DriverView`` (seeded from the Redis snapshot at start-up),
-   and drop bundles whose namespace's boundaries in Redis no longer contain them;
+2. apply the rows (the blobs of the state shards that received samples, the brokers that
+   reported or went away) to the driver's ``DriverView``, seeded from the Redis snapshot at
+   start-up;
 3. when split or shedding is due, run ``loadbalance.cycle.step`` with ``cycle = str(batch_id)``
    and ``now_ms`` = the newest Kafka timestamp seen so far (never the wall clock), and publish
-   every decision with ``encode_decision``, keyed by bundle;
-4. write the changed part of the view, the new ``CycleState``, the clock and the batch id to
-   Redis in one transaction (``streaming.sinks.RedisProgress``).
+   every decision with ``encode_decision``, keyed by bundle (the view leaves out bundles whose
+   namespace's boundaries in Redis no longer contain them);
+4. write the changed shard blobs and broker documents, the new ``CycleState``, the clock and the
+   batch id to Redis in one transaction (``streaming.sinks.RedisProgress``).
 
 Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
 is deterministic (its only clock is the watermark Spark logs with the batch), the view and
@@ -274,7 +276,6 @@ class DecisionStage:
             if namespaces is None:
                 namespaces = self._progress_store.read_namespaces()
                 self._progress_store.set_pending(batch_id, namespaces)
-            self._view.drop_outside(namespaces)
             view = self._view.cluster_view(namespaces)
             cycle_state, result = step(
                 progress.cycle_state,

@@ -1,16 +1,21 @@
 """The decision stage's copy of the averaged cluster view, kept on the driver between batches.
 
 Why a separate copy: the policies need the whole cluster at once, while the state step only
-emits what a batch touched. So the driver keeps the latest row of every broker and bundle,
-applies each batch's rows to it, and builds a ``ClusterView`` from it for ``cycle.step``. It is
-also what the job writes to Redis as the load snapshot, incrementally (only what changed), and
-what a restarted job reads back from there, so the view after a restart is the view before it.
+emits what a batch touched. So the driver keeps the latest blob of every state shard (what the
+state step emitted for it) and the latest row of every broker, and builds a ``ClusterView`` from
+them for ``cycle.step``. It is also what the job writes to Redis as the load snapshot (only the
+shards and brokers a batch changed), and what a restarted job reads back from there, so the
+view after a restart is the view before it.
 
-Snapshot documents (the layout ``controller.placement`` reads, fields as ``loadbalance.snapshot``
-names them): ``P:load:brokers`` broker -> ``{"report": <LocalBrokerData JSON without lastStats>,
-"historyUsage", "msgThroughputEma", "updatedAtMs"}``; ``P:load:bundles`` bundle -> the document
-of ``streaming.snapshot_docs`` (built by the state step). Floats are written with ``repr`` and
-so read back bit for bit.
+Snapshot layout: ``P:load:shards`` state shard -> blob (``streaming.snapshot_docs``, which also
+turns blobs into per-bundle documents for readers); ``P:load:brokers`` broker -> ``{"report":
+<LocalBrokerData JSON without lastStats>, "historyUsage", "msgThroughputEma", "updatedAtMs"}``
+(the layout ``controller.placement`` reads, fields as ``loadbalance.snapshot`` names them),
+floats written with ``repr`` and so read back bit for bit.
+
+Blobs are decoded and turned into the core's frozen values only when a policy cycle needs them,
+and then only the shards that changed since the previous cycle: with reports every few seconds
+and policies every minute, most blobs are replaced before anyone reads them.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from loadbalance.time_average import (
     TimeAverageMessageData,
 )
 from loadbalance.view import BrokerLoad, ClusterView, LoadState, build_view
-from streaming.schema import BROKER, BROKER_GONE, BUNDLE, BUNDLE_EXPIRED
+from streaming.schema import BROKER, BROKER_GONE, SHARD
+from streaming.shard_state import ShardState
+from streaming.snapshot_docs import bundle_count
 
 _RESOURCES = (
     ("cpu", "cpu"),
@@ -72,95 +79,63 @@ def report_from_doc(
     )
 
 
-_ROW_COLUMNS = (
-    "broker",
-    "event_ms",
-    "short_num_samples",
-    "short_msg_throughput_in",
-    "short_msg_throughput_out",
-    "short_msg_rate_in",
-    "short_msg_rate_out",
-    "long_num_samples",
-    "long_msg_throughput_in",
-    "long_msg_throughput_out",
-    "long_msg_rate_in",
-    "long_msg_rate_out",
-    "last_msg_throughput_in",
-    "last_msg_throughput_out",
-    "last_msg_rate_in",
-    "last_msg_rate_out",
-    "topics",
-    "consumer_count",
-    "producer_count",
-)
-_AVG_KEYS = ("msgThroughputIn", "msgThroughputOut", "msgRateIn", "msgRateOut")
-
-
-def _materialize(row: tuple) -> tuple[BundleData, str, NamespaceBundleStats]:
-    """A raw row (``_ROW_COLUMNS`` order) as the core's values."""
-    short = TimeAverageMessageData(NUM_SHORT_SAMPLES, row[2], *row[3:7])
-    long_ = TimeAverageMessageData(NUM_LONG_SAMPLES, row[7], *row[8:12])
-    stats = NamespaceBundleStats(row[14], row[15], row[12], row[13], *row[16:19])
-    return BundleData(short, long_, row[16]), row[0], stats
-
-
-def _row_from_doc(doc: Mapping[str, Any]) -> tuple:
-    s, lg, la = doc["shortTerm"], doc["longTerm"], doc.get("lastStats") or {}
-    return (
-        str(doc.get("broker", "")),
-        int(doc.get("updatedAtMs", 0)),
-        int(s["numSamples"]),
-        *(float(s[k]) for k in _AVG_KEYS),
-        int(lg["numSamples"]),
-        *(float(lg[k]) for k in _AVG_KEYS),
-        *(float(la.get(k, 0.0)) for k in _AVG_KEYS),
-        int(la.get("topics", doc.get("topics", 0))),
-        int(la.get("consumerCount", 0)),
-        int(la.get("producerCount", 0)),
-    )
+def _materialize(
+    state: ShardState,
+    bundles: dict[str, BundleData],
+    last: dict[str, tuple[str, NamespaceBundleStats]],
+) -> list[str]:
+    """Every bundle of a decoded shard as the core's values (into ``bundles`` and ``last``:
+    the owner and last sample); returns the names. Float columns are ``STAT_COLUMNS`` order."""
+    for name, owner, s, sn, lg, ln, la, c in zip(
+        state.names,
+        state.owners,
+        state.short_avg.tolist(),
+        state.short_n.tolist(),
+        state.long_avg.tolist(),
+        state.long_n.tolist(),
+        state.last_values.tolist(),
+        state.last_counts.tolist(),
+        strict=True,
+    ):
+        short = TimeAverageMessageData(NUM_SHORT_SAMPLES, sn, *s)
+        long_ = TimeAverageMessageData(NUM_LONG_SAMPLES, ln, *lg)
+        bundles[name] = BundleData(short, long_, c[0])
+        last[name] = (owner, NamespaceBundleStats(la[2], la[3], la[0], la[1], *c))
+    return state.names
 
 
 class DriverView:
-    """Latest broker and bundle rows; see the module docstring.
-
-    Rows are kept raw and turned into the core's frozen values only when a policy cycle needs
-    them (``cluster_view``), and then only for bundles that changed since: with reports every
-    few seconds and policies every minute, most rows are overwritten before anyone reads them.
-    """
+    """Latest shard blobs and broker rows; see the module docstring."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, tuple] = {}  # bundle -> raw row (``_ROW_COLUMNS``)
+        self._shards: dict[str, bytes] = {}  # state shard key -> latest blob
+        self._counts: dict[str, int] = {}  # bundles per shard blob
+        self._stale: set[str] = set()  # shards whose blob changed since the last cluster_view
+        self._from_shard: dict[str, list[str]] = {}  # bundles materialised from each shard
         self._bundles: dict[str, BundleData] = {}
         self._last: dict[str, tuple[str, NamespaceBundleStats]] = {}  # owner, last sample
-        self._dirty: set[str] = set()
         self._brokers: dict[str, tuple[dict[str, Any], float, float, int]] = {}
-        self._ns_seen: dict[str, tuple[int, ...]] = {}
+        self._ns_names: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {}
         self.changed_brokers: dict[str, str] = {}  # snapshot documents to write
         self.removed_brokers: set[str] = set()
-        self.changed_bundles: dict[str, str] = {}
-        self.removed_bundles: set[str] = set()
+        self.changed_shards: dict[str, bytes] = {}
+        self.removed_shards: set[str] = set()
 
     @property
     def broker_names(self) -> list[str]:
         return sorted(self._brokers)
 
     def __len__(self) -> int:
-        return len(self._rows)
+        """Bundles held (including any a split or merge removed that the state still keeps)."""
+        return sum(self._counts.values())
 
     # -- applying a batch ---------------------------------------------------------------------
     def apply(self, pdf: pd.DataFrame) -> None:
-        """Apply one batch of state output rows (each key appears once per kind in a batch,
-        and a bundle's row already holds all of its samples)."""
+        """Apply one batch of state output rows (each key appears once per kind in a batch)."""
         kinds = pdf["kind"]
-        rows = pdf[kinds == BUNDLE]
-        if len(rows):
-            names = rows["name"].tolist()
-            self._rows.update(zip(names, zip(*(rows[c].tolist() for c in _ROW_COLUMNS))))
-            self.changed_bundles.update(zip(names, rows["doc"].tolist()))
-            self._dirty.update(names)
-            self.removed_bundles.difference_update(names)
-        for name in pdf.loc[kinds == BUNDLE_EXPIRED, "name"].tolist():
-            self._drop_bundle(name)
+        shards = pdf[kinds == SHARD]
+        for key, payload in zip(shards["name"].tolist(), shards["payload"].tolist(), strict=True):
+            self._set_shard(key, bytes(payload))
         reported = set()
         for row in pdf[kinds == BROKER].itertuples(index=False):
             usage, ema, event_ms = row.history_usage, row.msg_throughput_ema, row.event_ms
@@ -177,76 +152,92 @@ class DriverView:
                 self.changed_brokers.pop(name, None)
                 self.removed_brokers.add(name)
 
-    def _drop_bundle(self, name: str) -> None:
-        self._rows.pop(name, None)
-        self._bundles.pop(name, None)
-        self._last.pop(name, None)
-        self._dirty.discard(name)
-        self.changed_bundles.pop(name, None)
-        self.removed_bundles.add(name)
-
-    def drop_outside(self, namespaces: Mapping[str, NamespaceBundles]) -> list[str]:
-        """Forget bundles a namespace's current boundaries no longer contain (split or merged
-        away); scans only namespaces whose boundaries changed since the last call."""
-        changed = {
-            ns: nb for ns, nb in namespaces.items() if self._ns_seen.get(ns) != nb.boundaries
-        }
-        if not changed:
-            return []
-        current = {ns: set(nb.bundle_names) for ns, nb in changed.items()}
-        gone = [
-            b for b in self._rows if (ns := bundle_namespace(b)) in current and b not in current[ns]
-        ]
-        for b in gone:
-            self._drop_bundle(b)
-        for ns, nb in changed.items():
-            self._ns_seen[ns] = nb.boundaries
-        return gone
+    def _set_shard(self, key: str, blob: bytes) -> None:
+        n = bundle_count(blob)
+        self._stale.add(key)
+        if n:
+            self._shards[key], self._counts[key] = blob, n
+            self.changed_shards[key] = blob
+            self.removed_shards.discard(key)
+        else:  # every bundle of the shard expired
+            self._shards.pop(key, None)
+            self._counts.pop(key, None)
+            self.changed_shards.pop(key, None)
+            self.removed_shards.add(key)
 
     # -- views and snapshots ------------------------------------------------------------------
     def cluster_view(self, namespaces: Mapping[str, NamespaceBundles]) -> ClusterView:
-        """The view for one policy cycle. Every broker's ``lastStats`` is rebuilt from the
-        bundles it reports and was the last to report, so the view is a function of the rows
-        alone and a view rebuilt from Redis after a restart is the same."""
-        rows, bundles, last = self._rows, self._bundles, self._last
-        for name in self._dirty:
-            bundles[name], owner, stats = _materialize(rows[name])
-            last[name] = (owner, stats)
-        self._dirty.clear()
+        """The view for one policy cycle.
+
+        Bundles a namespace's current boundaries no longer contain (split or merged away, kept
+        by the state step until they expire) are left out. Every broker's ``lastStats`` is
+        rebuilt from the bundles it reports and was the last to report, so the view is a
+        function of the blobs and broker rows alone, and a view rebuilt from Redis after a
+        restart is the same."""
+        bundles, last = self._bundles, self._last
+        for key in sorted(self._stale):
+            for name in self._from_shard.pop(key, ()):
+                bundles.pop(name, None)
+                last.pop(name, None)
+            blob = self._shards.get(key)
+            if blob is not None:
+                self._from_shard[key] = _materialize(ShardState.from_bytes(blob), bundles, last)
+        self._stale.clear()
+        kept = dict(bundles)
+        for name in self._outside(namespaces, bundles.keys()):
+            del kept[name]
         brokers: dict[str, BrokerLoad] = {}
         for broker in sorted(self._brokers):
             doc, usage, ema, event_ms = self._brokers[broker]
             stats = {}
             for b in doc.get("bundles") or ():
                 entry = last.get(b)
-                if entry is not None and entry[0] == broker:
+                if entry is not None and entry[0] == broker and b in kept:
                     stats[b] = entry[1]
             report = report_from_doc(doc, broker, stats)
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
-        state = LoadState(MappingProxyType(brokers), MappingProxyType(bundles))
+        state = LoadState(MappingProxyType(brokers), MappingProxyType(kept))
         return build_view(state, namespaces=namespaces)
 
-    def take_changes(self) -> tuple[dict[str, str], set[str], dict[str, str], set[str]]:
-        """Snapshot documents written and keys removed since the last call; resets them."""
+    def _outside(self, namespaces: Mapping[str, NamespaceBundles], names: Any) -> list[str]:
+        """Of ``names``, those a namespace in ``namespaces`` does not contain (any more).
+
+        The names of a namespace's bundles are cached by its boundaries (building 100,000 names
+        costs more than a policy step), and only names that are in no namespace's current list
+        are looked at, by a set difference."""
+        seen = self._ns_names
+        for ns in list(seen):
+            if ns not in namespaces:
+                del seen[ns]
+        for ns, nb in namespaces.items():
+            cached = seen.get(ns)
+            if cached is None or cached[0] != nb.boundaries:
+                seen[ns] = (nb.boundaries, frozenset(nb.bundle_names))
+        current: set[str] = set().union(*(entry[1] for entry in seen.values()))
+        return [n for n in set(names) - current if bundle_namespace(n) in namespaces]
+
+    def take_changes(self) -> tuple[dict[str, str], set[str], dict[str, bytes], set[str]]:
+        """Broker documents and shard blobs written, and keys removed, since the last call;
+        resets them."""
         out = (
             self.changed_brokers,
             self.removed_brokers,
-            self.changed_bundles,
-            self.removed_bundles,
+            self.changed_shards,
+            self.removed_shards,
         )
         self.changed_brokers, self.removed_brokers = {}, set()
-        self.changed_bundles, self.removed_bundles = {}, set()
+        self.changed_shards, self.removed_shards = {}, set()
         return out
 
     @classmethod
     def from_snapshot(
-        cls, brokers: Mapping[str, str | bytes], bundles: Mapping[str, str | bytes]
+        cls, brokers: Mapping[str, str | bytes], shards: Mapping[str, bytes]
     ) -> DriverView:
-        """Rebuild the view from the snapshot documents the job wrote."""
+        """Rebuild the view from the snapshot the job wrote (broker documents, shard blobs)."""
         view = cls()
-        for name, raw in bundles.items():
-            view._rows[name] = _row_from_doc(json.loads(raw))
-            view._dirty.add(name)
+        for key, blob in shards.items():
+            view._set_shard(key, bytes(blob))
+        view.changed_shards, view.removed_shards = {}, set()
         for name, raw in brokers.items():
             doc = json.loads(raw)
             view._brokers[name] = (

@@ -12,10 +12,10 @@ Why these shapes:
   read-only mappings of the policy modules; it is stored pickled (base64): internal state,
   written and read only by this job, never by anything a user can reach.
 
-Keys (prefix ``P``): ``P:load:brokers`` and ``P:load:bundles`` (the snapshot, layout in
-``streaming.driver_view``), ``P:stream:progress`` (hash ``batch``, ``now_ms``, ``cycle_state``)
-and ``P:stream:pending`` (hash ``batch``, ``namespaces``: the namespaces a batch in progress read,
-so its replay reads the same ones).
+Keys (prefix ``P``): ``P:load:brokers`` and ``P:load:shards`` (the snapshot, layout in
+``streaming.driver_view`` and ``streaming.snapshot_docs``), ``P:stream:progress`` (hash
+``batch``, ``now_ms``, ``cycle_state``) and ``P:stream:pending`` (hash ``batch``,
+``namespaces``: the namespaces a batch in progress read, so its replay reads the same ones).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from typing import Any
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.cycle import CycleState
 from loadbalance.errors import Transient
-
-HSET_CHUNK = 5000
+from streaming.snapshot_docs import shards_key
 
 
 class KafkaSink:
@@ -136,7 +135,7 @@ class RedisProgress:
         def read(key: str) -> dict[str, bytes]:
             return {k.decode(): v for k, v in self.r.hgetall(key).items()}
 
-        return read(f"{self.p}:load:brokers"), read(f"{self.p}:load:bundles")
+        return read(f"{self.p}:load:brokers"), read(shards_key(self.p))
 
     def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
         doc = self.r.hgetall(f"{self.p}:stream:pending")
@@ -167,23 +166,22 @@ class RedisProgress:
         progress: Progress,
         brokers: Mapping[str, str],
         removed_brokers: Iterable[str],
-        bundles: Mapping[str, str],
-        removed_bundles: Iterable[str],
+        shards: Mapping[str, bytes],
+        removed_shards: Iterable[str],
     ) -> None:
         """Snapshot changes, progress and the end of the pending record, atomically."""
         pipe = self.r.pipeline(transaction=True)
-        bkey, ukey = f"{self.p}:load:brokers", f"{self.p}:load:bundles"
+        bkey, skey = f"{self.p}:load:brokers", shards_key(self.p)
         gone = list(removed_brokers)
         if gone:
             pipe.hdel(bkey, *gone)
         if brokers:
             pipe.hset(bkey, mapping=dict(brokers))
-        gone = list(removed_bundles)
-        for i in range(0, len(gone), HSET_CHUNK):
-            pipe.hdel(ukey, *gone[i : i + HSET_CHUNK])
-        items = list(bundles.items())
-        for i in range(0, len(items), HSET_CHUNK):
-            pipe.hset(ukey, mapping=dict(items[i : i + HSET_CHUNK]))
+        gone = list(removed_shards)
+        if gone:
+            pipe.hdel(skey, *gone)
+        if shards:
+            pipe.hset(skey, mapping=dict(shards))
         pipe.hset(
             f"{self.p}:stream:progress",
             mapping={

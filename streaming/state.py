@@ -8,9 +8,10 @@ call, so there are few keys and the work inside a key is vectorised):
   (1000 samples) ``TimeAverageMessageData``, the last sample, its reporting broker and the event
   time it was seen. State is keyed by bundle, not by broker, so it survives an ownership change.
   A bundle with no sample for ``bundle_ttl_ms`` of event time (measured against the newest
-  sample of its shard) is dropped and reported as ``bundle_expired``: that is how the parent of
-  a split or the halves of a merge leave the state, since their names stop appearing in reports.
-  (The decision stage also drops at once the bundles its namespaces in Redis no longer contain.)
+  sample of its shard) is dropped: that is how the parent of a split or the halves of a merge
+  leave the state, since their names stop appearing in reports. (The decision stage leaves out
+  at once the bundles its namespaces in Redis no longer contain.) The output is the shard's
+  whole blob, one row per shard that received samples (``streaming.schema``).
 * ``b:<broker>``: value state ``broker`` with the history-weighted usage
   (``loadBalancerHistoryResourcePercentage`` over the weighted capped max usage computed at
   parse time), the throughput EMA with the same weight, the last report's figures and event
@@ -50,19 +51,13 @@ from streaming.schema import (
     BROKER,
     BROKER_GONE,
     BROKER_PREFIX,
-    BUNDLE,
-    BUNDLE_EXPIRED,
-    COUNT_COLUMNS,
     DEAD,
-    LAST_COLUMNS,
-    LONG_COLUMNS,
     OUTPUT_FIELDS,
+    SHARD,
     SHARD_PREFIX,
-    SHORT_COLUMNS,
     frame,
 )
 from streaming.shard_state import ShardState, unpack_samples
-from streaming.snapshot_docs import bundle_docs
 
 SHARD_STATE_SCHEMA = "blob binary"
 BROKER_STATE_SCHEMA = (
@@ -93,7 +88,7 @@ class LoadStateProcessor(StatefulProcessor):
             return
         if name.startswith(SHARD_PREFIX):
             pdf = pdf.sort_values(["event_ms", "partition", "offset"], kind="stable")
-            yield from self._samples(pdf)
+            yield from self._samples(name, pdf)
         elif name.startswith(BROKER_PREFIX):
             pdf = pdf.sort_values(["event_ms", "partition", "offset"], kind="stable")
             yield from self._reports(name[len(BROKER_PREFIX) :], pdf)
@@ -106,7 +101,7 @@ class LoadStateProcessor(StatefulProcessor):
                 payload=pdf["payload"].to_numpy(object),
             )
 
-    def _samples(self, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    def _samples(self, key_name: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         if self.shard.exists():
             state = ShardState.from_bytes(bytes(self.shard.get()[0]))
         else:
@@ -122,27 +117,27 @@ class LoadStateProcessor(StatefulProcessor):
             counts.append(c)
             owners.extend([broker] * len(n))
             events.append(np.full(len(n), event_ms, dtype=np.int64))
-        touched = state.apply(
+        state.apply(
             names, np.concatenate(values), np.concatenate(counts), owners, np.concatenate(events)
         )
-        out = [bundle_rows(state, touched)]
         newest_ms = int(pdf["event_ms"].max())
-        expired = state.expire(newest_ms - self.bundle_ttl_ms)
-        if expired:
-            out.append(
-                frame(
-                    OUTPUT_FIELDS,
-                    len(expired),
-                    kind=np.full(len(expired), BUNDLE_EXPIRED, dtype=object),
-                    name=np.array(expired, dtype=object),
-                    event_ms=np.full(len(expired), newest_ms, dtype=np.int64),
-                )
-            )
+        state.expire(newest_ms - self.bundle_ttl_ms)
+        blob = state.to_bytes()
         if len(state):
-            self.shard.update((state.to_bytes(),))
+            self.shard.update((blob,))
         else:
             self.shard.clear()
-        yield pd.concat(out, ignore_index=True) if len(out) > 1 else out[0]
+        # The whole shard, not the touched bundles: the decision stage keeps the latest blob
+        # of every shard as its view and writes it to Redis unchanged (streaming.snapshot_docs);
+        # an emptied shard's blob holds no bundle, which is how expiry reaches the view.
+        yield frame(
+            OUTPUT_FIELDS,
+            1,
+            kind=np.array([SHARD], dtype=object),
+            name=np.array([key_name], dtype=object),
+            event_ms=np.array([newest_ms], dtype=np.int64),
+            payload=np.array([blob], dtype=object),
+        )
 
     def _reports(self, broker: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         prev = self.broker.get() if self.broker.exists() else None
@@ -184,44 +179,8 @@ def broker_row(
         1,
         kind=[kind],
         name=[broker],
-        broker=[broker],
         event_ms=np.array([event_ms], dtype=np.int64),
         history_usage=np.array([usage], dtype=np.float64),
         msg_throughput_ema=np.array([ema], dtype=np.float64),
         doc=[report],
     )
-
-
-def bundle_rows(state: ShardState, idx: np.ndarray) -> pd.DataFrame:
-    """The current averages of the bundles ``idx`` as output rows."""
-    n = len(idx)
-    cols: dict[str, Any] = {
-        "kind": np.full(n, BUNDLE, dtype=object),
-        "name": np.array([state.names[i] for i in idx.tolist()], dtype=object),
-        "broker": np.array([state.owners[i] for i in idx.tolist()], dtype=object),
-        "event_ms": state.last_seen_ms[idx],
-        "short_num_samples": state.short_n[idx],
-        "long_num_samples": state.long_n[idx],
-    }
-    for j, c in enumerate(SHORT_COLUMNS):
-        cols[c] = state.short_avg[idx, j]
-    for j, c in enumerate(LONG_COLUMNS):
-        cols[c] = state.long_avg[idx, j]
-    for j, c in enumerate(LAST_COLUMNS):
-        cols[c] = state.last_values[idx, j]
-    for j, c in enumerate(COUNT_COLUMNS):
-        cols[c] = state.last_counts[idx, j]
-    cols["doc"] = np.array(
-        bundle_docs(
-            state.short_avg[idx].tolist(),
-            state.short_n[idx].tolist(),
-            state.long_avg[idx].tolist(),
-            state.long_n[idx].tolist(),
-            state.last_values[idx].tolist(),
-            state.last_counts[idx].tolist(),
-            cols["broker"].tolist(),
-            cols["event_ms"].tolist(),
-        ),
-        dtype=object,
-    )
-    return frame(OUTPUT_FIELDS, n, **cols)

@@ -24,6 +24,7 @@ from loadbalance.report_codec import encode_report
 from loadbalance.view import LoadState, ingest_many
 from streaming.decide import BatchStats
 from streaming.job import StreamSettings, start_query
+from streaming.snapshot_docs import read_bundle_docs
 
 NS = "acme/stream"
 T0_MS = 1_700_000_000_000
@@ -120,7 +121,7 @@ def _records(reports: list[LocalBrokerData], ts: int) -> list[tuple[bytes, bytes
 
 
 def _snapshot_bundles(r: redis.Redis, prefix: str) -> dict[str, dict]:
-    return {k.decode(): json.loads(v) for k, v in r.hgetall(f"{prefix}:load:bundles").items()}
+    return read_bundle_docs(r, prefix)
 
 
 def _close(a: float, b: float) -> bool:

@@ -28,6 +28,7 @@ from loadbalance.decisions import TRANSFER, encode_decision, make_decision
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
 from producers.agent import LeaseKeeper
+from streaming.snapshot_docs import blobs_from_docs, shards_key
 from tests.integration.test_assignment import read_events
 from tests.reliability.invariants import (
     check_invariants,
@@ -70,9 +71,9 @@ def _populate(store: RedisStore, brokers: tuple[str, ...], now: int) -> list[str
 def _rewrite_snapshot(store: RedisStore, serving: dict[str, list[str]], live: list[str]) -> None:
     """What the streaming job writes after the loss: live brokers' loads, who serves what."""
     put_load_snapshot(store, {b: _load(b) for b in live}, {})
-    docs = {n: json.dumps({"broker": b}) for b, ns in serving.items() for n in ns}
+    docs = {n: {"broker": b} for b, ns in serving.items() for n in ns}
     if docs:
-        store.r.hset(f"{store.p}:load:bundles", mapping=docs)
+        store.r.hset(shards_key(store.p), mapping=blobs_from_docs(docs))
 
 
 def _publish(bootstrap: str, topic: str, *decisions) -> None:
@@ -317,11 +318,13 @@ def test_loop_holds_a_decision_until_it_recovered_and_counts_sweeps_expiries_rec
                 "lbctl_control_recoveries_total")  # fmt: skip
     start = {c: value(c) for c in counters}
     # leases granted by the recovery last 400 ms and nobody renews them: the sweeps after the
-    # recovery expire them (and place them again), which the expiry counter must see
+    # recovery expire them (and place them again), which the expiry counter must see. The idle
+    # timeout counts from the start: it must cover joining the consumer group, which took 3 s
+    # and more on the embedded broker (a 3 s timeout made this test flaky)
     recovery = AutoRecovery(store, kafka_bootstrap, events, 400, wait_s=0.3)
     stats = run_loop(store, client_config={"bootstrap.servers": kafka_bootstrap},
                      decisions_topic=decisions, events_topic=events, group_id="inproc",
-                     idle_timeout_s=3, config=LoadBalancerConfig(), sweep_interval_s=0.2,
+                     idle_timeout_s=8, config=LoadBalancerConfig(), sweep_interval_s=0.2,
                      recovery=recovery)  # fmt: skip
     report = last_report(store)
     assert report is not None and stats.recoveries == 1 and stats.applied == 1

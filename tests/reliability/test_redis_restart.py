@@ -25,6 +25,7 @@ from infra.embedded import EmbeddedRedis, free_port
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
 from producers.agent import LeaseKeeper
+from streaming.snapshot_docs import blobs_from_docs, shards_key
 from tests.reliability.invariants import check_invariants, read_state
 
 pytestmark = pytest.mark.integration
@@ -117,10 +118,10 @@ def test_without_persistence_the_store_is_rebuilt_from_reregistration_and_losses
             assert k.heartbeat(serving[b], now) == {}, "nothing to renew: the store is empty"
         # ... and keep reporting: the streaming job rewrites the snapshot with who serves what
         put_load_snapshot(store, {b: _load(b) for b in keepers}, {})
-        docs = {n: json.dumps({"broker": b}) for b in ("b1", "b2", "b3") for n in serving[b]}
+        docs = {n: {"broker": b} for b in ("b1", "b2", "b3") for n in serving[b]}
         stale_parent = f"{NS}/0x00000000_0x40000000"  # an old report of the split's parent
-        docs[stale_parent] = json.dumps({"broker": "b1"})
-        store.r.hset("lost:load:bundles", mapping=docs)
+        docs[stale_parent] = {"broker": "b1"}
+        store.r.hset(shards_key("lost"), mapping=blobs_from_docs(docs))
 
         claims = claims_from_snapshot(store, now)
         assert set(claims) == {"b1", "b2"}, "only registered, live brokers' claims count"
@@ -252,8 +253,8 @@ def test_operator_command_detects_the_loss_and_recovers_above_the_announced_toke
         now = int(time.time() * 1000)
         for b in ("b1", "b2", "b3"):
             store.register_broker(b, now, TTL_MS)
-        store.r.hset("cli:load:bundles", mapping={
-            n: json.dumps({"broker": b}) for b, ns in serving.items() for n in ns})  # fmt: skip
+        store.r.hset(shards_key("cli"), mapping=blobs_from_docs({
+            n: {"broker": b} for b, ns in serving.items() for n in ns}))  # fmt: skip
         argv = [PYTHON, "-m", "controller.recovery", "--redis-url", server.url,
                 "--bootstrap-servers", kafka_bootstrap,
                 *set_args({"redisKeyPrefix": "cli", "ownershipEventsTopic": events})]  # fmt: skip

@@ -12,7 +12,6 @@ no-data batches may shift) and write the same averages, which must also equal th
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -30,6 +29,7 @@ from infra.offsets import partitions_for
 from infra.topics import ensure_topics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision
+from streaming.snapshot_docs import read_bundle_docs
 from tests.integration.test_streaming_job import (
     MINUTE_MS,
     T0_MS,
@@ -211,4 +211,4 @@ def test_stream_killed_mid_batch_and_kafka_away_loses_and_repeats_nothing(
 
 
 def _snapshot(r: redis.Redis, prefix: str) -> dict[str, dict]:
-    return {k.decode(): json.loads(v) for k, v in r.hgetall(f"{prefix}:load:bundles").items()}
+    return read_bundle_docs(r, prefix)
