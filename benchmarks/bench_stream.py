@@ -238,6 +238,10 @@ def main() -> int:
             if query.exception() is not None:
                 raise RuntimeError(query.exception())
             time.sleep(0.5)
+        # the batch callback runs before Spark posts the batch's progress: wait for it
+        settle = time.time() + 30
+        while time.time() < settle and not any(p["numInputRows"] > 0 for p in query.recentProgress):
+            time.sleep(0.2)
         progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
         steady = progress[1:] or progress
         rows = sum(p["numInputRows"] for p in steady)

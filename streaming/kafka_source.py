@@ -342,8 +342,13 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         done = part.start >= part.end
         last_progress = time.monotonic()
+        next_offset = part.start
         while not done:
-            messages = consumer.consume(num_messages=_ARROW_BATCH_ROWS, timeout=1.0)
+            # Ask for no more than the range still holds: consume() returns only once it has
+            # num_messages or its timeout passed, so asking for a full Arrow batch made every
+            # task of a small micro-batch wait the whole second (the job's latency floor).
+            want = max(1, min(_ARROW_BATCH_ROWS, part.end - next_offset))
+            messages = consumer.consume(num_messages=want, timeout=1.0)
             if not messages and time.monotonic() - last_progress > config.poll_timeout_s:
                 raise TimeoutError(
                     f"{part.topic}[{part.partition}]: no records for {config.poll_timeout_s}s "
@@ -362,6 +367,7 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
                 if offset >= part.end:
                     done = True
                     break
+                next_offset = offset + 1
                 ts_type, ts_ms = message.timestamp()
                 columns["key"].append(message.key())
                 columns["value"].append(message.value())
