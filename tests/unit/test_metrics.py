@@ -24,7 +24,7 @@ from producers.agent import Agent
 from producers.bundle_stats import BundleStatsSnapshot
 from producers.host_usage import HostUsage
 from streaming.decide import StreamMetrics, usage_percents
-from streaming.schema import BROKER, BROKER_GONE, BUNDLE
+from streaming.schema import BROKER, BROKER_GONE, SHARD
 
 
 def _value(name: str, **labels: str) -> float:
@@ -124,8 +124,8 @@ def test_usage_percents_reads_the_head_and_falls_back_to_the_whole_document() ->
 
 
 def _broker_rows(rows: list[tuple[str, str, str, float]]) -> pd.DataFrame:
-    """(kind, name, doc, history usage) rows among bundle rows, as the state step emits them."""
-    bundle = (BUNDLE, "t/n/0x00000000_0xffffffff", "{}", 0.0)
+    """(kind, name, doc, history usage) rows among shard rows, as the state step emits them."""
+    bundle = (SHARD, "s:0", "{}", 0.0)
     kinds, names, docs, usage = zip(*([bundle, *rows, bundle]), strict=True)
     return pd.DataFrame(
         {"kind": kinds, "name": names, "doc": docs, "history_usage": np.array(usage)}
