@@ -1,0 +1,78 @@
+"""The shard-blob snapshot (``streaming.snapshot_docs``) and the driver's view built on it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadbalance.bundles import NamespaceBundles
+from streaming.driver_view import DriverView
+from streaming.schema import OUTPUT_FIELDS, SHARD, frame
+from streaming.shard_state import ShardState
+from streaming.snapshot_docs import blobs_from_docs, bundle_count, docs_from_blobs, shard_docs
+
+NS = "t/ns"
+
+
+def _state(names: list[str], owner: str, seen_ms: int) -> ShardState:
+    state = ShardState()
+    rng = np.random.default_rng(7)
+    values = rng.uniform(0, 1e6, size=(len(names), 4)) / 3.0  # floats with long reprs
+    counts = rng.integers(0, 50, size=(len(names), 3))
+    state.apply(names, values, counts, [owner] * len(names), np.full(len(names), seen_ms))
+    return state
+
+
+def _shard_rows(blobs: dict[str, bytes]):
+    keys = list(blobs)
+    return frame(
+        OUTPUT_FIELDS,
+        len(keys),
+        kind=np.array([SHARD] * len(keys), dtype=object),
+        name=np.array(keys, dtype=object),
+        event_ms=np.zeros(len(keys), dtype=np.int64),
+        payload=np.array([blobs[k] for k in keys], dtype=object),
+    )
+
+
+def test_documents_survive_blobs_bit_for_bit():
+    names = NamespaceBundles.initial(NS, 8).bundle_names
+    docs = shard_docs(_state(names, "b1:8080", 1234))
+    back = docs_from_blobs(blobs_from_docs(docs, n_shards=3).values())
+    assert back == docs
+    doc = back[names[0]]
+    assert doc["broker"] == "b1:8080" and doc["updatedAtMs"] == 1234
+    assert doc["shortTerm"]["numSamples"] == 1 and doc["longTerm"]["numSamples"] == 1
+
+
+def test_a_bundle_in_two_blobs_keeps_the_newest():
+    name = NamespaceBundles.initial(NS, 1).bundle_names[0]
+    old, new = _state([name], "old:1", 10), _state([name], "new:1", 20)
+    docs = docs_from_blobs([new.to_bytes(), old.to_bytes()])
+    assert docs[name]["broker"] == "new:1"
+
+
+def test_view_leaves_out_bundles_a_split_removed_and_keeps_unknown_namespaces():
+    before = NamespaceBundles.initial(NS, 2)
+    parent = before.bundle_names[0]
+    after = NamespaceBundles(NS, (before.boundaries[0], 0x40000000, *before.boundaries[1:]), 1)
+    other = NamespaceBundles.initial("t/unknown", 1).bundle_names[0]
+    names = [*before.bundle_names, *after.bundle_names[:2], other]
+    view = DriverView()
+    view.apply(_shard_rows({"s:0": _state(list(dict.fromkeys(names)), "b1", 5).to_bytes()}))
+    assert len(view) == 5
+    seen = set(view.cluster_view({NS: before}).bundle_data)
+    assert parent in seen and after.bundle_names[0] not in seen and other in seen
+    seen = set(view.cluster_view({NS: after}).bundle_data)
+    assert parent not in seen and set(after.bundle_names[:2]) <= seen and other in seen
+
+
+def test_an_emptied_shard_is_removed_from_view_and_snapshot():
+    names = NamespaceBundles.initial(NS, 4).bundle_names
+    view = DriverView()
+    view.apply(_shard_rows({"s:1": _state(names, "b1", 5).to_bytes()}))
+    _, _, changed, removed = view.take_changes()
+    assert set(changed) == {"s:1"} and not removed and bundle_count(changed["s:1"]) == 4
+    view.apply(_shard_rows({"s:1": ShardState().to_bytes()}))
+    _, _, changed, removed = view.take_changes()
+    assert not changed and removed == {"s:1"} and len(view) == 0
+    assert not view.cluster_view({NS: NamespaceBundles.initial(NS, 4)}).bundle_data
