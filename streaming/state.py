@@ -14,11 +14,14 @@ call, so there are few keys and the work inside a key is vectorised):
   whole blob, one row per shard that received samples (``streaming.schema``).
 * ``b:<broker>``: value state ``broker`` with the history-weighted usage
   (``loadBalancerHistoryResourcePercentage`` over the weighted capped max usage computed at
-  parse time), the throughput EMA with the same weight, the last report's figures and event
-  time, and an event-time timer. A broker with no report for
+  parse time), the throughput EMA with the same weight, the last report's event time (the
+  report itself goes to the decision stage, not into state), and one event-time timer. A broker
+  with no report for
   ``loadBalancerBrokerReportTimeoutSeconds`` of event time (the watermark, i.e. the other
   brokers' reports, moved past its last report plus the timeout) is forgotten and reported as
-  ``broker_gone``. Event time rather than processing time because it needs no clock, is exact
+  ``broker_gone``; the timer is armed at the first report and, when it fires for a broker that
+  reported since, armed again at the new deadline (no timer calls per report). Event time
+  rather than processing time because it needs no clock, is exact
   on replay, and lets ``availableNow`` runs finish: Spark runs a batch without data forever for
   pending processing-time timers, so such a query never drains.
 * ``dead``: no state; dead letters pass through to the decision stage, so one query reads the
@@ -34,6 +37,7 @@ broker clocks in sync.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,9 +64,20 @@ from streaming.schema import (
 from streaming.shard_state import ShardState, unpack_samples
 
 SHARD_STATE_SCHEMA = "blob binary"
+SHARD_TAG_SCHEMA = "tag string"
+
+_SHARD_CACHE: dict[str, tuple[str, ShardState]] = {}
+"""shard key -> (tag, the state written with that tag), per Python worker process.
+
+Why: reading a 600 KB shard blob back from the state server costs about 8 ms, 32 times per
+batch, and Spark reuses the Python worker across micro-batches. The store keeps, beside each
+blob, a small value ``shard_tag`` (a fresh uuid per write); a cached state is used only when
+its tag equals the stored one, so a batch that failed or was replayed (the store rolled back to
+an older tag), another worker having written the shard, or a restarted worker all read the
+blob. An entry is taken out of the cache before its state is changed and put back only after
+both values are written, so the cache never holds a state the store may not have."""
 BROKER_STATE_SCHEMA = (
-    "history_usage double, msg_throughput_ema double, event_ms bigint, timer_ms bigint, "
-    "report string"
+    "history_usage double, msg_throughput_ema double, event_ms bigint, timer_ms bigint"
 )
 
 
@@ -77,6 +92,7 @@ class LoadStateProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.shard = handle.getValueState("shard", SHARD_STATE_SCHEMA)
+        self.shard_tag = handle.getValueState("shard_tag", SHARD_TAG_SCHEMA)
         self.broker = handle.getValueState("broker", BROKER_STATE_SCHEMA)
 
     def handleInputRows(
@@ -102,10 +118,7 @@ class LoadStateProcessor(StatefulProcessor):
             )
 
     def _samples(self, key_name: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
-        if self.shard.exists():
-            state = ShardState.from_bytes(bytes(self.shard.get()[0]))
-        else:
-            state = ShardState()
+        state = self._load_shard(key_name)
         names: list[str] = []
         values, counts, owners, events = [], [], [], []
         for payload, broker, event_ms in zip(
@@ -124,9 +137,13 @@ class LoadStateProcessor(StatefulProcessor):
         state.expire(newest_ms - self.bundle_ttl_ms)
         blob = state.to_bytes()
         if len(state):
+            tag = uuid.uuid4().hex  # only compared with the cache; never reaches an output
             self.shard.update((blob,))
+            self.shard_tag.update((tag,))
+            _SHARD_CACHE[key_name] = (tag, state)
         else:
             self.shard.clear()
+            self.shard_tag.clear()
         # The whole shard, not the touched bundles: the decision stage keeps the latest blob
         # of every shard as its view and writes it to Redis unchanged (streaming.snapshot_docs);
         # an emptied shard's blob holds no bundle, which is how expiry reaches the view.
@@ -139,8 +156,17 @@ class LoadStateProcessor(StatefulProcessor):
             payload=np.array([blob], dtype=object),
         )
 
+    def _load_shard(self, key_name: str) -> ShardState:
+        """The shard's state: this worker's cached copy when its tag is the stored one."""
+        cached = _SHARD_CACHE.pop(key_name, None)
+        stored_tag = self.shard_tag.get()
+        if cached is not None and stored_tag is not None and cached[0] == stored_tag[0]:
+            return cached[1]
+        stored = self.shard.get()
+        return ShardState.from_bytes(bytes(stored[0])) if stored else ShardState()
+
     def _reports(self, broker: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
-        prev = self.broker.get() if self.broker.exists() else None
+        prev = self.broker.get()
         usage = prev[0] if prev else None
         ema = prev[1] if prev else None
         h = self.history_percentage
@@ -150,22 +176,35 @@ class LoadStateProcessor(StatefulProcessor):
         last = pdf.iloc[-1]
         report = bytes(last["payload"]).decode()
         event_ms = int(last["event_ms"])
-        for old in list(self.handle.listTimers()):
-            self.handle.deleteTimer(old)
-        timer_ms = event_ms + self.report_timeout_ms
-        self.handle.registerTimer(timer_ms)
-        self.broker.update((usage, ema, event_ms, timer_ms, report))
+        # One timer per broker, armed at its first report and re-armed when it fires (see
+        # handleExpiredTimer), instead of deleting and registering one on every report: each
+        # timer call is a state-server round trip, and brokers report every few seconds.
+        timer_ms = prev[3] if prev and prev[3] else 0
+        if not timer_ms:
+            timer_ms = event_ms + self.report_timeout_ms
+            self.handle.registerTimer(timer_ms)
+        self.broker.update((usage, ema, max(event_ms, prev[2] if prev else 0), timer_ms))
         yield broker_row(BROKER, broker, event_ms, usage, ema, report)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
+        """A broker's deadline passed: gone if the watermark is past its last report plus the
+        timeout, else (it reported since the timer was armed) armed again for that time."""
         name = key[0] if isinstance(key, tuple) else key
-        if not name.startswith(BROKER_PREFIX) or not self.broker.exists():
+        if not name.startswith(BROKER_PREFIX):
             return
-        usage, ema, event_ms, _timer, report = self.broker.get()
+        prev = self.broker.get()
+        if prev is None:
+            return
+        usage, ema, event_ms, _timer = prev
+        deadline = event_ms + self.report_timeout_ms
+        if deadline > timerValues.getCurrentWatermarkInMs():
+            self.handle.registerTimer(deadline)
+            self.broker.update((usage, ema, event_ms, deadline))
+            return
         self.broker.clear()
-        yield broker_row(BROKER_GONE, name[len(BROKER_PREFIX) :], event_ms, usage, ema, report)
+        yield broker_row(BROKER_GONE, name[len(BROKER_PREFIX) :], event_ms, usage, ema, "")
 
     def close(self) -> None:
         pass

@@ -362,3 +362,37 @@ def test_a_batch_that_expires_bundles_and_updates_others_keeps_the_query_alive(
     assert query.exception() is None, query.exception()
     query.stop()
     assert set(_snapshot_bundles(fresh_redis, config.redis_key_prefix)) == {kept, new}
+
+
+def test_a_silent_broker_is_gone_after_the_report_timeout_and_a_reporting_one_is_not(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    """The broker timer: b1 reports at 0 s and 5 s, b2 keeps reporting. When b1's first
+    deadline (10 s) passes, b1 has reported since, so it stays (the timer is armed again for
+    15 s); once the watermark passes 15 s, b1 is gone and b2 is not."""
+    config = _config(unique_topic, loadBalancerBrokerReportTimeoutSeconds=10)
+    names = [f"{NS}/0x00000000_0x80000000", f"{NS}/0x80000000_0xffffffff"]
+    b1, b2 = (_report(f"b{i + 1}:8080", 30.0, {names[i]: _stats(10.0, 1e4)}) for i in range(2))
+    settings = StreamSettings(
+        bootstrap_servers=kafka_bootstrap,
+        checkpoint=str(tmp_path / "ckpt"),
+        redis_url=redis_url,
+        available_now=True,
+        source="python",
+        n_shards=1,
+        watermark_delay_seconds=1.0,
+    )
+
+    def run(records: list[tuple[LocalBrokerData, int]]) -> set[str]:
+        timed = [(r.broker.encode(), encode_report(r), T0_MS + s * 1000) for r, s in records]
+        _publish(kafka_bootstrap, config.load_reports_topic, timed)
+        query = start_query(spark, settings, config)
+        query.awaitTermination(240)
+        assert query.exception() is None, query.exception()
+        query.stop()
+        brokers = fresh_redis.hkeys(f"{config.redis_key_prefix}:load:brokers")
+        return {b.decode() for b in brokers}
+
+    assert run([(b1, 0), (b2, 0)]) == {"b1:8080", "b2:8080"}
+    assert run([(b1, 5), (b2, 5), (b2, 12)]) == {"b1:8080", "b2:8080"}, "b1 reported at 5 s"
+    assert run([(b2, 20)]) == {"b2:8080"}, "b1 silent past 5 s + 10 s"

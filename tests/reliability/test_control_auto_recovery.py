@@ -327,9 +327,14 @@ def test_loop_holds_a_decision_until_it_recovered_and_counts_sweeps_expiries_rec
                      idle_timeout_s=8, config=LoadBalancerConfig(), sweep_interval_s=0.2,
                      recovery=recovery)  # fmt: skip
     report = last_report(store)
-    assert report is not None and stats.recoveries == 1 and stats.applied == 1
+    assert report is not None and stats.recoveries == 1
+    assert stats.consumed == 1 and stats.rejected == 0
     out = json.loads(fresh_redis.hget("inproc:outcomes", held.id))
-    assert out["outcome"] == "applied" and out["atMs"] >= report["at_ms"]
+    # Handled after the rebuild (before it, the namespace did not exist and the transfer would
+    # have been refused). Applied, or already satisfied when the consumer joined its group
+    # only after the 400 ms leases had expired and the sweep had placed the bundle on b2.
+    assert out["outcome"] in ("applied", "already_satisfied"), out
+    assert out["atMs"] >= report["at_ms"]
     assert stats.expired >= 1 and stats.sweeps >= 1
     delta = {c: value(c) - start[c] for c in counters}
     assert delta == {

@@ -1,0 +1,117 @@
+"""The state step's per-worker shard cache (``streaming.state._SHARD_CACHE``).
+
+Unit test with an in-memory stand-in for Spark's state handle (the real state server is
+exercised by the Spark tests); what matters here is when the cache may be trusted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from streaming import state as state_mod
+from streaming.schema import PARSED_FIELDS, SAMPLES, frame
+from streaming.shard_state import ShardState, pack_samples
+from streaming.state import LoadStateProcessor
+
+NAMES = ["t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff"]
+
+
+class FakeValue:
+    def __init__(self) -> None:
+        self.value: tuple | None = None
+        self.gets = 0
+
+    def get(self) -> tuple | None:
+        self.gets += 1
+        return self.value
+
+    def update(self, value: tuple) -> None:
+        self.value = value
+
+    def clear(self) -> None:
+        self.value = None
+
+
+class FakeHandle:
+    def __init__(self) -> None:
+        self.values: dict[str, FakeValue] = {}
+
+    def getValueState(self, name: str, _schema: str) -> FakeValue:
+        return self.values.setdefault(name, FakeValue())
+
+
+def _samples(rate: float, event_ms: int) -> pd.DataFrame:
+    values = np.full((2, 4), rate)
+    counts = np.ones((2, 3), dtype=np.int64)
+    return frame(
+        PARSED_FIELDS,
+        1,
+        key=np.array(["s:0"], dtype=object),
+        kind=np.array([SAMPLES], dtype=object),
+        broker=np.array(["b1"], dtype=object),
+        event_ms=np.array([event_ms], dtype=np.int64),
+        payload=np.array([pack_samples(NAMES, values, counts)], dtype=object),
+    )
+
+
+def _run(proc: LoadStateProcessor, rate: float, event_ms: int) -> ShardState:
+    out = list(proc.handleInputRows(("s:0",), iter([_samples(rate, event_ms)]), None))
+    return ShardState.from_bytes(bytes(out[0]["payload"].iloc[0]))
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    state_mod._SHARD_CACHE.clear()
+    yield
+    state_mod._SHARD_CACHE.clear()
+
+
+def _processor(handle: FakeHandle) -> LoadStateProcessor:
+    proc = LoadStateProcessor(0.9, 10_000, 3_600_000)
+    proc.init(handle)
+    return proc
+
+
+def test_a_cached_shard_skips_the_blob_read_and_gives_the_same_averages():
+    handle = FakeHandle()
+    proc = _processor(handle)
+    _run(proc, 10.0, 1_000)
+    blob = handle.values["shard"]
+    reads = blob.gets
+    cached = _run(proc, 20.0, 2_000)
+    assert blob.gets == reads, "the blob was read although the tag matched"
+    state_mod._SHARD_CACHE.clear()  # the same two batches without the cache
+    other = FakeHandle()
+    proc2 = _processor(other)
+    _run(proc2, 10.0, 1_000)
+    state_mod._SHARD_CACHE.clear()
+    fresh = _run(proc2, 20.0, 2_000)
+    assert other.values["shard"].gets > 0
+    assert cached.to_bytes() == fresh.to_bytes()
+
+
+def test_a_store_rolled_back_to_an_older_tag_is_read_not_the_cache():
+    handle = FakeHandle()
+    proc = _processor(handle)
+    _run(proc, 10.0, 1_000)
+    committed = (handle.values["shard"].value, handle.values["shard_tag"].value)
+    _run(proc, 20.0, 2_000)  # a batch whose state commit then fails: the store rolls back
+    handle.values["shard"].value, handle.values["shard_tag"].value = committed
+    reads = handle.values["shard"].gets
+    replayed = _run(proc, 20.0, 2_000)
+    assert handle.values["shard"].gets == reads + 1, "the rolled-back blob must be read"
+    assert replayed.short_n.tolist() == [2, 2], "one sample from the store plus the replay"
+
+
+def test_the_cache_entry_leaves_before_the_state_changes():
+    handle = FakeHandle()
+    proc = _processor(handle)
+    _run(proc, 10.0, 1_000)
+    assert "s:0" in state_mod._SHARD_CACHE
+    bad = _samples(20.0, 2_000)
+    bad.loc[0, "payload"] = b"not a sample block"
+    with pytest.raises(ValueError):
+        list(proc.handleInputRows(("s:0",), iter([bad]), None))
+    assert "s:0" not in state_mod._SHARD_CACHE
