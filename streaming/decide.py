@@ -66,6 +66,12 @@ def policies_due(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> 
     )
 
 
+def _lookahead(advance_ms: int) -> int:
+    """How far ahead of a batch's clock to look for a due cycle: one and a half times what the
+    last batch advanced it, at least 1 s (the next batch is about as long as this one)."""
+    return max(1000, int(1.5 * max(0, advance_ms)))
+
+
 _USAGE_KEYS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 
 
@@ -292,6 +298,12 @@ class DecisionStage:
         new = Progress(batch_id, now_ms, cycle_state)
         self._progress_store.commit(new, *self._view.take_changes())
         self._progress = new
+        if result is None and policies_due(cycle_state, self.config, now_ms + _lookahead(
+            now_ms - progress.now_ms
+        )):  # fmt: skip
+            # a cycle is due within about one batch: turn the view into the core's values now,
+            # beside the next batch's Spark work, so the cycle rebuilds only what changes
+            self._view.warm()
         # Counted once the batch is committed: a batch that fails before is replayed, and its
         # decisions would be counted twice.
         assert self._metrics is not None
