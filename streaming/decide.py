@@ -67,9 +67,12 @@ def policies_due(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> 
 
 
 def _lookahead(advance_ms: int) -> int:
-    """How far ahead of a batch's clock to look for a due cycle: one and a half times what the
-    last batch advanced it, at least 1 s (the next batch is about as long as this one)."""
-    return max(1000, int(1.5 * max(0, advance_ms)))
+    """How far ahead of a batch's clock to look for a due cycle: four times what the last batch
+    advanced it, at least 3 s. The first warm-up in that window turns the whole view into the
+    core's values (about 1.5 s of CPU beside the next batch, so it must start a few batches
+    early to be over when the cycle comes); the next ones redo only what changed, and the cycle
+    itself only what its own batch changed."""
+    return max(3000, 4 * max(0, advance_ms))
 
 
 _USAGE_KEYS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
@@ -301,7 +304,7 @@ class DecisionStage:
         if result is None and policies_due(cycle_state, self.config, now_ms + _lookahead(
             now_ms - progress.now_ms
         )):  # fmt: skip
-            # a cycle is due within about one batch: turn the view into the core's values now,
+            # a cycle is due within a few batches: turn the view into the core's values now,
             # beside the next batch's Spark work, so the cycle rebuilds only what changes
             self._view.warm()
         # Counted once the batch is committed: a batch that fails before is replayed, and its
