@@ -16,7 +16,7 @@ What it runs (everything local: embedded Tansu Kafka and Redis, Spark ``local[2]
    RocksDB's SST files (what the checkpoint holds), from the query's state-operator metrics.
 
 Tansu keeps every record in memory: the default run (40 x 2,500 = 100,000 bundles, 600 KB
-reports, 10 backlog rounds + 60 s live) holds about 0.6 GB there.
+reports, 10 backlog rounds + 180 s live) holds about 1.2 GB there.
 
     .venv/bin/python benchmarks/bench_stream.py [--brokers 40 --bundles 2500 ...] [--no-append]
 """
@@ -177,7 +177,7 @@ def main() -> int:
     ap.add_argument("--brokers", type=int, default=40)
     ap.add_argument("--bundles", type=int, default=2500, help="bundles per broker")
     ap.add_argument("--rounds", type=int, default=10, help="backlog rounds")
-    ap.add_argument("--live-seconds", type=float, default=60.0)
+    ap.add_argument("--live-seconds", type=float, default=180.0)
     ap.add_argument("--report-interval-s", type=float, default=5.0)
     ap.add_argument("--partitions", type=int, default=2, help="partitions of the reports topic")
     ap.add_argument("--shards", type=int, default=32)
