@@ -93,6 +93,12 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         "--shuffle-partitions", type=int, default=2, help="state partitions for a new checkpoint"
     )
     parser.add_argument(
+        "--cycles-in-batch",
+        action="store_true",
+        help="run each policy cycle inside its micro-batch instead of beside the next one "
+        "(slower batches on large clusters; always so with --available-now)",
+    )
+    parser.add_argument(
         "--max-restarts",
         type=_non_negative_int,
         default=None,
@@ -163,6 +169,7 @@ def run_stream(args: argparse.Namespace) -> int:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         watermark_delay_seconds=args.watermark_delay_seconds,
         client_config=client_config,
+        background_cycles=not args.cycles_in_batch,
     )
     if settings.redis_url is None:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")
@@ -191,6 +198,12 @@ def run_stream(args: argparse.Namespace) -> int:
             describe=lambda e: describe_failure(e, secrets),
         )
     finally:
+        from streaming.decide import wait_for_background_cycles
+
+        # the last batch's policy cycle may still be publishing: let it commit, so the next
+        # start does not run it again (it would, with the same decision ids)
+        if not wait_for_background_cycles(60.0):
+            log.warning("a policy cycle is still publishing; the next start completes it")
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
 

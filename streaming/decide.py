@@ -7,25 +7,36 @@ Per micro-batch, on the driver:
 2. apply the rows (the blobs of the state shards that received samples, the brokers that
    reported or went away) to the driver's ``DriverView``, seeded from the Redis snapshot at
    start-up;
-3. when split or shedding is due, run ``loadbalance.cycle.step`` with ``cycle = str(batch_id)``
-   and ``now_ms`` = the newest Kafka timestamp seen so far (never the wall clock), and publish
-   every decision with ``encode_decision``, keyed by bundle (the view leaves out bundles whose
-   namespace's boundaries in Redis no longer contain them);
-4. write the changed shard blobs and broker documents, the new ``CycleState``, the clock and the
-   batch id to Redis in one transaction (``streaming.sinks.RedisProgress``).
+3. write the changed shard blobs and broker documents, the clock and the batch id to Redis in
+   one transaction (``streaming.sinks.RedisProgress.commit``); when split or shedding is due at
+   the batch's clock, the batch's namespaces are recorded first (``P:stream:pending``) and the
+   commit says ``cycle_pending``;
+4. a pending cycle then runs ``loadbalance.cycle.step`` over the view just committed, with
+   ``cycle = str(batch_id)`` and ``now_ms`` = the newest Kafka timestamp seen so far (never the
+   wall clock), publishes every decision with ``encode_decision``, keyed by bundle (the view
+   leaves out bundles whose namespace's boundaries in Redis no longer contain them), and commits
+   the new ``CycleState`` (``commit_cycle``).
+
+Why step 4 may run in the background (``background_cycles``, on for processing-time triggers):
+a cycle over 100,000 bundles costs about a second of driver time, and run inside the batch it
+holds back every report that arrives meanwhile. In the background it overlaps the next batch's
+Spark work instead; the next batch waits for it before it touches the view or Redis, so the view
+and the committed progress are never read or written by both at once.
 
 Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
 is deterministic (its only clock is the watermark Spark logs with the batch), the view and
-``CycleState`` a batch starts from are those committed with the previous batch, and the
-namespaces a batch read are recorded before it publishes anything (``P:stream:pending``). So a
-batch replayed after a crash computes the same decisions with the same ids.
+``CycleState`` a batch starts from are those committed with the previous batch, and a cycle
+reads the view committed with its batch and the namespaces recorded before that commit. So a
+batch replayed after a crash computes the same view, and a cycle completed after a crash (the
+first batch a stage runs completes a ``cycle_pending`` it finds, before anything else) the same
+decisions with the same ids.
 
 A batch whose id is <= the last completed one is **skipped**: it was completed only after its
-producer flush returned, so its decisions and dead letters are already on their topics, and
-publishing them again would only make duplicates (the controller de-duplicates by id anyway,
-but a clean decisions topic is easier to audit). A crash between the flush and the commit leaves
-the batch incomplete; its replay then re-publishes the same ids, which is the at-least-once case
-the controller's de-duplication exists for.
+producer flush returned, so its dead letters are already on their topic, and publishing them
+again would only make duplicates (the controller de-duplicates decisions by id anyway, but a
+clean decisions topic is easier to audit). A crash between a flush and its commit leaves the
+batch or the cycle incomplete; its replay then re-publishes the same ids, which is the
+at-least-once case the controller's de-duplication exists for.
 """
 
 from __future__ import annotations
@@ -33,9 +44,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lbctl import metrics
@@ -43,7 +55,7 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
 from loadbalance.shedding.registry import make_shedder
-from streaming.driver_view import DriverView
+from streaming.driver_view import DriverView, gc_paused, lower_thread_priority
 from streaming.schema import BROKER, BROKER_GONE, DEAD
 from streaming.sinks import KafkaSink, MemoryProgress, Progress, RedisProgress
 
@@ -190,6 +202,29 @@ class StreamMetrics:
         metrics.STREAM_BUNDLES.set(n_bundles)
 
 
+class _Background:
+    """The policy cycle running in the background in this process (at most one: a stage waits
+    for its own before the next batch, and a new stage for any before it seeds)."""
+
+    thread: threading.Thread | None = None
+
+
+_BACKGROUND = _Background()
+
+
+def wait_for_background_cycles(timeout_s: float | None = None) -> bool:
+    """Wait until no policy cycle runs in the background; False if ``timeout_s`` ran out.
+
+    For whoever stops a query and then reads its decisions or Redis (a cycle started by the
+    last batch publishes after that batch returned to Spark)."""
+    thread = _BACKGROUND.thread
+    if thread is not None:
+        thread.join(timeout_s)
+        if thread.is_alive():
+            return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class BatchStats:
     """What one batch did; handed to ``on_batch`` (the benchmark listens there)."""
@@ -216,14 +251,20 @@ class DecisionStage:
     client_config: Mapping[str, Any] | None = None
     seed: int = 0
     on_batch: Callable[[BatchStats], None] | None = None
+    background_cycles: bool = False
     _progress_store: RedisProgress | None = field(default=None, init=False)
     _progress: Progress | None = field(default=None, init=False)
     _view: DriverView | None = field(default=None, init=False)
     _metrics: StreamMetrics | None = field(default=None, init=False)
+    _cycle: threading.Thread | None = field(default=None, init=False)
+    _cycle_error: BaseException | None = field(default=None, init=False)
 
     def _start(self) -> None:
         """Connect and seed the view from Redis (once, at the first batch after start-up)."""
         if self._progress_store is None:
+            # a cycle of an earlier stage of this process (a query that failed and was
+            # restarted) may still be publishing: its commit must come before this read
+            wait_for_background_cycles()
             self._progress_store = (
                 RedisProgress.from_url(
                     self.redis_url,
@@ -256,14 +297,22 @@ class DecisionStage:
 
     def _run(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
+        # Always run the batch to the end, even one we skip: Spark commits the state step's
+        # stores only when every partition of it was read (it fails the query otherwise). It
+        # runs first so that a policy cycle still running in the background overlaps it.
+        pdf = df.toPandas()
+        collect_ms = (time.monotonic() - started) * 1000
+        self._finish_background_cycle()
         self._start()
         assert self._progress_store is not None and self._progress is not None
         assert self._view is not None
+        if self._progress.cycle_pending:
+            # The last committed batch's cycle never published (the process stopped, or the
+            # cycle failed): run it now, over the view committed with that batch, which is the
+            # view held here (nothing of this batch is applied yet), so its ids are the same.
+            log.info("batch %d: completing its policy cycle", self._progress.batch)
+            self._complete_cycle(self._progress, None)
         progress = self._progress
-        # Always run the batch to the end, even one we skip: Spark commits the state step's
-        # stores only when every partition of it was read (it fails the query otherwise).
-        pdf = df.toPandas()
-        collect_ms = (time.monotonic() - started) * 1000
         if batch_id <= progress.batch:
             log.info("batch %d already completed (last %d): skipped", batch_id, progress.batch)
             self._report(
@@ -279,58 +328,117 @@ class DecisionStage:
         max_event_ms = int(pdf["event_ms"].max()) if len(pdf) else 0
         now_ms = max(progress.now_ms, max_event_ms)
         self._view.apply(pdf)
-        cycle_state, decisions, result = progress.cycle_state, (), None
-        if len(pdf) and policies_due(progress.cycle_state, self.config, now_ms):
-            namespaces = self._progress_store.pending_namespaces(batch_id)
-            if namespaces is None:
-                namespaces = self._progress_store.read_namespaces()
-                self._progress_store.set_pending(batch_id, namespaces)
-            view = self._view.cluster_view(namespaces)
-            cycle_state, result = step(
-                progress.cycle_state,
-                view,
-                self.config,
-                now_ms=now_ms,
-                cycle=str(batch_id),
-                seed=self.seed,
-            )
-            decisions = result.decisions
-            for d in decisions:
-                sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
+        due = bool(len(pdf)) and policies_due(progress.cycle_state, self.config, now_ms)
+        if due and self._progress_store.pending_namespaces(batch_id) is None:
+            # recorded before the commit: the cycle (and any replay of it) reads these
+            self._progress_store.set_pending(batch_id, self._progress_store.read_namespaces())
         sink.flush()
-        new = Progress(batch_id, now_ms, cycle_state)
+        new = Progress(batch_id, now_ms, progress.cycle_state, cycle_pending=due)
         self._progress_store.commit(new, *self._view.take_changes())
         self._progress = new
-        if result is None and policies_due(cycle_state, self.config, now_ms + _lookahead(
+        # Counted once the batch is committed: a batch that fails before is replayed, and its
+        # decisions would be counted twice.
+        assert self._metrics is not None
+        self._safely(self._metrics.brokers, pdf)
+        stats = BatchStats(
+            batch_id,
+            len(pdf),
+            len(dead),
+            0,
+            0.0,
+            now_ms,
+            max_event_ms,
+            collect_ms=collect_ms,
+        )
+        if due:
+            if self.background_cycles:
+                thread = threading.Thread(
+                    target=self._background_cycle,
+                    args=(new, stats, started),
+                    name=f"policy-cycle-{batch_id}",
+                )
+                self._cycle = _BACKGROUND.thread = thread
+                thread.start()
+            else:
+                self._complete_cycle(new, (stats, started))
+            return
+        if policies_due(progress.cycle_state, self.config, now_ms + _lookahead(
             now_ms - progress.now_ms
         )):  # fmt: skip
             # a cycle is due within a few batches: turn the view into the core's values now,
             # beside the next batch's Spark work, so the cycle rebuilds only what changes
             self._view.warm()
-        # Counted once the batch is committed: a batch that fails before is replayed, and its
-        # decisions would be counted twice.
+        self._finished(stats, started)
+
+    def _complete_cycle(self, progress: Progress, batch: tuple[BatchStats, float] | None) -> None:
+        """Run the policy cycle that ``progress``'s batch made due, over the view committed with
+        that batch; publish its decisions; commit its ``CycleState`` (``cycle_pending`` off).
+
+        ``cycle = str(batch id)`` and ``now_ms`` = that batch's clock: a replay of the cycle
+        (after a crash before ``commit_cycle``) computes the same decisions with the same ids
+        (see the module docstring). ``batch``: the batch's stats and start time, to report the
+        batch once its decisions are out (None when completing one after a restart)."""
+        assert self._progress_store is not None and self._view is not None
+        namespaces = self._progress_store.pending_namespaces(progress.batch)
+        if namespaces is None:  # no Redis (MemoryProgress keeps no pending record)
+            namespaces = self._progress_store.read_namespaces()
+        with gc_paused():
+            view = self._view.cluster_view(namespaces)
+            cycle_state, result = step(
+                progress.cycle_state,
+                view,
+                self.config,
+                now_ms=progress.now_ms,
+                cycle=str(progress.batch),
+                seed=self.seed,
+            )
+        sink = KafkaSink(self.bootstrap_servers, self.client_config)
+        for d in result.decisions:
+            sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
+        sink.flush()
+        done = Progress(progress.batch, progress.now_ms, cycle_state)
+        self._progress_store.commit_cycle(done)
+        self._progress = done
         assert self._metrics is not None
-        self._safely(self._metrics.brokers, pdf)
-        self._safely(self._metrics.decisions, decisions, result)
-        duration_ms = (time.monotonic() - started) * 1000
+        self._safely(self._metrics.decisions, result.decisions, result)
+        if batch is not None:
+            stats, started = batch
+            stats = replace(
+                stats,
+                decisions=len(result.decisions),
+                decision_ids=tuple(d.id for d in result.decisions),
+            )
+            self._finished(stats, started)
+
+    def _background_cycle(self, progress: Progress, stats: BatchStats, started: float) -> None:
+        lower_thread_priority()
+        try:
+            self._complete_cycle(progress, (stats, started))
+        except BaseException as e:  # handed to the next batch, which fails with it
+            log.error("policy cycle of batch %d failed: %s", progress.batch, e, exc_info=True)
+            self._cycle_error = e
+
+    def _finish_background_cycle(self) -> None:
+        """Wait for this stage's background cycle; raise what it raised (the batch then fails
+        and is retried, and the stage re-seeds and completes the cycle from Redis first)."""
+        thread, self._cycle = self._cycle, None
+        if thread is not None:
+            thread.join()
+        error, self._cycle_error = self._cycle_error, None
+        if error is not None:
+            raise error
+
+    def _finished(self, stats: BatchStats, started: float) -> None:
+        """Log and report a batch whose work (its cycle's included) is done."""
+        assert self._view is not None
+        stats = replace(stats, duration_ms=(time.monotonic() - started) * 1000)
         log.info(
             "batch %d: %d rows, %d dead letters, %d decisions, %.0f ms",
-            batch_id,
-            len(pdf),
-            len(dead),
-            len(decisions),
-            duration_ms,
-        )
-        stats = BatchStats(
-            batch_id,
-            len(pdf),
-            len(dead),
-            len(decisions),
-            duration_ms,
-            now_ms,
-            max_event_ms,
-            decision_ids=tuple(d.id for d in decisions),
-            collect_ms=collect_ms,
+            stats.batch_id,
+            stats.input_rows,
+            stats.dead_letters,
+            stats.decisions,
+            stats.duration_ms,
         )
         self._safely(StreamMetrics.batch, stats, len(self._view.broker_names), len(self._view))
         self._report(stats)

@@ -52,6 +52,9 @@ class StreamSettings:
     client_config: Mapping[str, Any] = field(default_factory=dict)
     query_name: str = "pulsar-lb-stream"
     seed: int = 0
+    # policy cycles overlap the next batch (streaming.decide); never with available_now, whose
+    # caller reads the results once the query has ended
+    background_cycles: bool = True
 
 
 def spark_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:
@@ -135,6 +138,7 @@ def start_query(
         client_config=dict(settings.client_config) or None,
         seed=settings.seed,
         on_batch=on_batch,
+        background_cycles=settings.background_cycles and not settings.available_now,
     )
     writer = (
         build_stream(spark, settings, config)

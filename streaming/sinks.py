@@ -14,8 +14,9 @@ Why these shapes:
 
 Keys (prefix ``P``): ``P:load:brokers`` and ``P:load:shards`` (the snapshot, layout in
 ``streaming.driver_view`` and ``streaming.snapshot_docs``), ``P:stream:progress`` (hash
-``batch``, ``now_ms``, ``cycle_state``) and ``P:stream:pending`` (hash ``batch``,
-``namespaces``: the namespaces a batch in progress read, so its replay reads the same ones).
+``batch``, ``now_ms``, ``cycle_state``, ``cycle_pending``) and ``P:stream:pending`` (hash
+``batch``, ``namespaces``: the namespaces a batch's policy cycle reads, kept until that cycle's
+decisions are published, so a replay of the cycle reads the same ones).
 """
 
 from __future__ import annotations
@@ -94,11 +95,18 @@ def load_cycle_state(text: str | bytes) -> CycleState:
 
 @dataclass
 class Progress:
-    """The last completed batch, the job's event-time clock, and the policy state."""
+    """The last completed batch, the job's event-time clock, and the policy state.
+
+    ``cycle_pending``: the batch's view is committed but the policy cycle it made due has not
+    published its decisions yet (``streaming.decide`` runs it after the commit, in the
+    background). Whoever reads such a progress first completes that cycle, over the view
+    committed with the batch, before anything else.
+    """
 
     batch: int = -1
     now_ms: int = 0
     cycle_state: CycleState = field(default_factory=CycleState)
+    cycle_pending: bool = False
 
 
 def namespaces_to_json(namespaces: Mapping[str, NamespaceBundles]) -> str:
@@ -128,7 +136,10 @@ class RedisProgress:
         if not doc:
             return Progress()
         return Progress(
-            int(doc[b"batch"]), int(doc[b"now_ms"]), load_cycle_state(doc[b"cycle_state"])
+            int(doc[b"batch"]),
+            int(doc[b"now_ms"]),
+            load_cycle_state(doc[b"cycle_state"]),
+            doc.get(b"cycle_pending", b"0") == b"1",  # absent in snapshots of older versions
         )
 
     def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -169,7 +180,8 @@ class RedisProgress:
         shards: Mapping[str, bytes],
         removed_shards: Iterable[str],
     ) -> None:
-        """Snapshot changes, progress and the end of the pending record, atomically."""
+        """Snapshot changes and progress, atomically; the pending record (the namespaces the
+        batch's cycle reads) ends here unless that cycle is still to run."""
         pipe = self.r.pipeline(transaction=True)
         bkey, skey = f"{self.p}:load:brokers", shards_key(self.p)
         gone = list(removed_brokers)
@@ -182,16 +194,28 @@ class RedisProgress:
             pipe.hdel(skey, *gone)
         if shards:
             pipe.hset(skey, mapping=dict(shards))
+        self._write_progress(pipe, progress)
+        pipe.execute()
+
+    def commit_cycle(self, progress: Progress) -> None:
+        """A pending cycle's outcome (its ``CycleState``, ``cycle_pending`` off) and the end of
+        the pending record, atomically; the snapshot is the one its batch committed."""
+        pipe = self.r.pipeline(transaction=True)
+        self._write_progress(pipe, progress)
+        pipe.execute()
+
+    def _write_progress(self, pipe: Any, progress: Progress) -> None:
         pipe.hset(
             f"{self.p}:stream:progress",
             mapping={
                 "batch": progress.batch,
                 "now_ms": progress.now_ms,
                 "cycle_state": dump_cycle_state(progress.cycle_state),
+                "cycle_pending": int(progress.cycle_pending),
             },
         )
-        pipe.delete(f"{self.p}:stream:pending")
-        pipe.execute()
+        if not progress.cycle_pending:
+            pipe.delete(f"{self.p}:stream:pending")
 
 
 class MemoryProgress(RedisProgress):
@@ -216,4 +240,7 @@ class MemoryProgress(RedisProgress):
         return {}
 
     def commit(self, progress: Progress, *_args: Any) -> None:
+        self._progress = progress
+
+    def commit_cycle(self, progress: Progress) -> None:
         self._progress = progress

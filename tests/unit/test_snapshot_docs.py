@@ -112,3 +112,62 @@ def test_a_view_updated_bundle_by_bundle_equals_one_built_from_scratch():
         want = fresh.cluster_view(namespaces)
         assert dict(got.bundle_data) == dict(want.bundle_data)
         assert got.brokers == want.brokers
+
+
+def test_gc_is_paused_while_any_thread_materialises_and_restored_after():
+    import gc
+    import threading
+
+    from streaming.driver_view import gc_paused
+
+    assert gc.isenabled()
+    inside, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with gc_paused():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=other)
+    with gc_paused():
+        assert not gc.isenabled()
+        t.start()
+        assert inside.wait(10)
+    assert not gc.isenabled()  # the other thread is still inside
+    leave.set()
+    t.join(10)
+    assert gc.isenabled()
+
+    gc.disable()  # a caller that turned it off itself keeps it off
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_background_threads_run_nicer_than_the_rest_of_the_process():
+    import os
+    import sys
+    import threading
+
+    import pytest
+
+    from streaming.driver_view import BACKGROUND_NICE, lower_thread_priority
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("per-thread niceness is a Linux feature; elsewhere it is a no-op")
+    main_tid = threading.get_native_id()
+    before = os.getpriority(os.PRIO_PROCESS, main_tid)
+    seen: list[int] = []
+
+    def work() -> None:
+        lower_thread_priority()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(10)
+    assert seen == [min(19, before + BACKGROUND_NICE)]
+    assert os.getpriority(os.PRIO_PROCESS, main_tid) == before
