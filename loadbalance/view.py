@@ -173,12 +173,23 @@ def build_view(
     recently_unloaded: Mapping[str, int] | None = None,
     preallocated: Mapping[str, Mapping[str, BundleData]] | None = None,
     topic_hashes: Mapping[str, tuple[int, ...]] | None = None,
+    time_averages: Mapping[str, TimeAverageBrokerData] | None = None,
 ) -> ClusterView:
-    """Assemble the view for one cycle from the aggregation state."""
+    """Assemble the view for one cycle from the aggregation state.
+
+    ``time_averages``: brokers' ``TimeAverageBrokerData`` already summed by a caller that holds
+    the bundles' averages as arrays (the streaming job sums 100,000 bundles that way in a few
+    milliseconds, in this function's order, so to the same bits); brokers it lacks are summed
+    here."""
     brokers: dict[str, BrokerView] = {}
     default = BundleData.new()
+    given = time_averages or {}
     for name, load in state.brokers.items():
-        ta = TimeAverageBrokerData.of(state.bundles.get(b, default) for b in load.report.bundles)
+        ta = given.get(name)
+        if ta is None:
+            ta = TimeAverageBrokerData.of(
+                state.bundles.get(b, default) for b in load.report.bundles
+            )
         brokers[name] = BrokerView(
             load.report, load.history_usage, load.msg_throughput_ema, ta, load.received_at_ms
         )

@@ -40,6 +40,7 @@ from loadbalance.time_average import (
     NUM_LONG_SAMPLES,
     NUM_SHORT_SAMPLES,
     BundleData,
+    TimeAverageBrokerData,
     TimeAverageMessageData,
 )
 from loadbalance.view import BrokerLoad, ClusterView, LoadState, build_view
@@ -48,6 +49,21 @@ from streaming.shard_state import ShardState
 from streaming.snapshot_docs import bundle_count
 
 log = logging.getLogger("streaming.driver_view")
+
+_DEFAULT = BundleData.new()
+_DEFAULT_SUMS = np.array(
+    [
+        _DEFAULT.short_term.msg_throughput_in,
+        _DEFAULT.short_term.msg_throughput_out,
+        _DEFAULT.short_term.msg_rate_in,
+        _DEFAULT.short_term.msg_rate_out,
+        _DEFAULT.long_term.msg_throughput_in,
+        _DEFAULT.long_term.msg_throughput_out,
+        _DEFAULT.long_term.msg_rate_in,
+        _DEFAULT.long_term.msg_rate_out,
+    ]
+)
+"""A bundle without data in ``TimeAverageBrokerData`` order (``build_view``'s default)."""
 
 _RESOURCES = (
     ("cpu", "cpu"),
@@ -253,7 +269,8 @@ class DriverView:
         bundles, last = self._bundles, self._last
         self._materialize_all(dict(self._shards))
         kept = dict(bundles)
-        for name in self._outside(namespaces, bundles.keys()):
+        outside = self._outside(namespaces, bundles.keys())
+        for name in outside:
             del kept[name]
         brokers: dict[str, BrokerLoad] = {}
         for broker in sorted(self._brokers):
@@ -266,7 +283,48 @@ class DriverView:
             report = report_from_doc(doc, broker, stats)
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
         state = LoadState(MappingProxyType(brokers), MappingProxyType(kept))
-        return build_view(state, namespaces=namespaces)
+        averages = self._time_averages(brokers, outside)
+        return build_view(state, namespaces=namespaces, time_averages=averages)
+
+    def _time_averages(
+        self, brokers: Mapping[str, BrokerLoad], outside: list[str]
+    ) -> dict[str, TimeAverageBrokerData]:
+        """Every broker's ``TimeAverageBrokerData`` from the decoded shards' arrays.
+
+        ``build_view`` would sum 100,000 bundle objects in Python (about 0.3 s); here the sums
+        are ``np.bincount`` over one gathered array, which adds the weights one by one in
+        index order. The rows are gathered in the order ``build_view`` iterates a report's
+        bundles, with Pulsar's defaults for bundles without data (or left out of ``kept``), so
+        each sum is the same sequence of float additions and so the same bits (a unit test
+        checks this)."""
+        made = [self._made[key][1] for key in sorted(self._made)]
+        rows: dict[str, int] = {}
+        offset = 0
+        for state in made:
+            rows.update(zip(state.names, range(offset, offset + len(state)), strict=True))
+            offset += len(state)
+        for name in outside:
+            rows.pop(name, None)
+        values = np.concatenate(
+            [np.hstack((m.short_avg, m.long_avg)) for m in made] + [_DEFAULT_SUMS[None, :]]
+        )
+        names = sorted(brokers)
+        gather: list[int] = []
+        owner: list[int] = []
+        for k, broker in enumerate(names):
+            members = brokers[broker].report.bundles
+            gather.extend(rows.get(b, offset) for b in members)
+            owner.extend([k] * len(members))
+        picked = values[np.asarray(gather, dtype=np.int64)]
+        where = np.asarray(owner, dtype=np.int64)
+        sums = np.stack(
+            [np.bincount(where, weights=picked[:, c], minlength=len(names)) for c in range(8)],
+            axis=1,
+        )
+        return {
+            broker: TimeAverageBrokerData(*row)
+            for broker, row in zip(names, sums.tolist(), strict=True)
+        }
 
     def _materialize_all(self, shards: Mapping[str, bytes]) -> None:
         """Bring the core's values up to ``shards``: only the bundles whose values changed

@@ -171,3 +171,48 @@ def test_background_threads_run_nicer_than_the_rest_of_the_process():
     t.join(10)
     assert seen == [min(19, before + BACKGROUND_NICE)]
     assert os.getpriority(os.PRIO_PROCESS, main_tid) == before
+
+
+def test_brokers_time_averages_are_the_bits_build_view_would_sum():
+    """The view sums brokers' averages from the shard arrays (``np.bincount``); they must be
+    exactly ``TimeAverageBrokerData.of`` over the view's bundles, defaults included."""
+    import json
+
+    from loadbalance.time_average import BundleData, TimeAverageBrokerData
+    from streaming.schema import BROKER
+
+    before = NamespaceBundles.initial(NS, 64)
+    names = before.bundle_names
+    after = NamespaceBundles(NS, (before.boundaries[0], 0x02000000, *before.boundaries[1:]), 1)
+    blobs = {f"s:{k}": _state(names[k::3], f"b{k}", 5).to_bytes() for k in range(3)}
+    never_seen = NamespaceBundles.initial("t/quiet", 2).bundle_names
+    reports = {
+        "b0": names[0::2] + never_seen[:1],
+        "b1": [*names[1::2], after.bundle_names[0]],  # a split child nobody has data for
+        "b2": [],
+    }
+    view = DriverView()
+    view.apply(_shard_rows(blobs))
+    docs = [json.dumps({"bundles": bundles}) for bundles in reports.values()]
+    view.apply(
+        frame(
+            OUTPUT_FIELDS,
+            len(docs),
+            kind=np.array([BROKER] * len(docs), dtype=object),
+            name=np.array(list(reports), dtype=object),
+            event_ms=np.full(len(docs), 5, dtype=np.int64),
+            history_usage=np.full(len(docs), 0.5),
+            msg_throughput_ema=np.full(len(docs), 1.0),
+            doc=np.array(docs, dtype=object),
+        )
+    )
+    for namespaces in ({NS: before}, {NS: after}):  # after: the split parent is left out
+        got = view.cluster_view(namespaces)
+        default = BundleData.new()
+        for broker, bv in got.brokers.items():
+            want = TimeAverageBrokerData.of(
+                got.bundle_data.get(b, default) for b in bv.report.bundles
+            )
+            assert bv.time_average == want, broker
+        assert got.brokers["b2"].time_average == TimeAverageBrokerData()
+    assert names[0] not in got.bundle_data  # the parent really was left out
