@@ -188,6 +188,11 @@ def main() -> int:
     ap.add_argument("--settle-seconds", type=float, default=30.0,
                     help="latency is also reported for reports sent after this much of the live "
                          "phase, when the backlog's effects are over")  # fmt: skip
+    ap.add_argument(
+        "--background-cycles",
+        action="store_true",
+        help="run each policy cycle beside the next batch (lbctl stream --background-cycles)",
+    )
     ap.add_argument("--no-append", action="store_true", help="do not write docs/benchmarks.md")
     args = ap.parse_args()
     import logging
@@ -230,6 +235,7 @@ def main() -> int:
             source=args.source,
             n_shards=args.shards,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
+            background_cycles=args.background_cycles,
         )
         query = start_query(spark, settings, config, on_batch=on_batch)
         last_ts = t0_ms + (args.rounds - 1) * step_ms + args.brokers - 1

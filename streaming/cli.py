@@ -93,10 +93,11 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         "--shuffle-partitions", type=int, default=2, help="state partitions for a new checkpoint"
     )
     parser.add_argument(
-        "--cycles-in-batch",
+        "--background-cycles",
         action="store_true",
-        help="run each policy cycle inside its micro-batch instead of beside the next one "
-        "(slower batches on large clusters; always so with --available-now)",
+        help="run each policy cycle beside the next micro-batch instead of inside its own: "
+        "faster when the driver has a core to spare, slower on 2 shared cores (ignored with "
+        "--available-now)",
     )
     parser.add_argument(
         "--max-restarts",
@@ -169,7 +170,7 @@ def run_stream(args: argparse.Namespace) -> int:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         watermark_delay_seconds=args.watermark_delay_seconds,
         client_config=client_config,
-        background_cycles=not args.cycles_in_batch,
+        background_cycles=args.background_cycles,
     )
     if settings.redis_url is None:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")

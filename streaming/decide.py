@@ -17,11 +17,14 @@ Per micro-batch, on the driver:
    leaves out bundles whose namespace's boundaries in Redis no longer contain them), and commits
    the new ``CycleState`` (``commit_cycle``).
 
-Why step 4 may run in the background (``background_cycles``, on for processing-time triggers):
-a cycle over 100,000 bundles costs about a second of driver time, and run inside the batch it
-holds back every report that arrives meanwhile. In the background it overlaps the next batch's
-Spark work instead; the next batch waits for it before it touches the view or Redis, so the view
-and the committed progress are never read or written by both at once.
+Why step 4 may run in the background (``background_cycles``, ``lbctl stream
+--background-cycles``; off by default): a cycle over 100,000 bundles costs about 0.6 s of
+driver CPU, and run inside the batch it holds back every report that arrives meanwhile. In the
+background (a thread 10 steps nicer) it overlaps the next batch's Spark work instead; the next
+batch waits for it before it touches the view or Redis, so the view and the committed progress
+are never read or written by both at once. That pays only when the driver has a core to spare:
+on the benchmark's 2 shared cores the niced cycle waits for CPU (2-2.6 s of wall time) and the
+reports of its batch with it, and in-batch cycles gave the lower p99 (docs/benchmarks.md).
 
 Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
 is deterministic (its only clock is the watermark Spark logs with the batch), the view and

@@ -52,9 +52,9 @@ class StreamSettings:
     client_config: Mapping[str, Any] = field(default_factory=dict)
     query_name: str = "pulsar-lb-stream"
     seed: int = 0
-    # policy cycles overlap the next batch (streaming.decide); never with available_now, whose
-    # caller reads the results once the query has ended
-    background_cycles: bool = True
+    # policy cycles beside the next batch (streaming.decide): for a driver with a core to
+    # spare; never with available_now, whose caller reads the results once the query ended
+    background_cycles: bool = False
 
 
 def spark_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:

@@ -79,6 +79,7 @@ def test_a_background_cycle_publishes_what_an_in_batch_cycle_does_from_its_own_t
         trigger_seconds=0.5,
         source="python",
         n_shards=4,
+        background_cycles=True,
     )
     query = start_query(spark, settings, config, on_batch=on_batch)
     try:
