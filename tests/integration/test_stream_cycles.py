@@ -15,37 +15,11 @@ import time
 import pytest
 
 import streaming.decide as decide
-from controller.redis_store import RedisStore
 from loadbalance.decisions import decode_decision
 from streaming.decide import BatchStats, wait_for_background_cycles
 from streaming.job import StreamSettings, start_query
 from streaming.sinks import RedisProgress
-from tests.integration.test_streaming_job import (
-    NS,
-    T0_MS,
-    _cluster_round,
-    _config,
-    _publish,
-    _read_all,
-    _records,
-    _run,
-)
-
-
-def _cluster(kafka_bootstrap, fresh_redis, unique_topic):
-    config = _config(
-        unique_topic,
-        loadBalancerLoadSheddingStrategy="OverloadShedder",
-        loadBalancerNamespaceBundleMaxMsgRate=1000,
-    )
-    store = RedisStore(fresh_redis, config.redis_key_prefix)
-    store.create_namespace(NS, 16)
-    names = store.get_namespace(NS).bundle_names
-    records = []
-    for i in range(3):
-        records += _records(_cluster_round(names, i), T0_MS + i * 5000)
-    _publish(kafka_bootstrap, config.load_reports_topic, records)
-    return config
+from tests.integration.test_streaming_job import NS, _read_all, _run, overloaded_cluster
 
 
 def _decisions(kafka_bootstrap, config):
@@ -61,12 +35,12 @@ def test_a_background_cycle_publishes_what_an_in_batch_cycle_does_from_its_own_t
     spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
 ):
     # the reference: the same reports with the cycle inside its batch (availableNow)
-    reference = _cluster(kafka_bootstrap, fresh_redis, unique_topic)
+    reference = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)[0]
     _run(spark, kafka_bootstrap, redis_url, reference, tmp_path / "ref")
     expected = _shape(_decisions(kafka_bootstrap, reference))
     assert expected
 
-    config = _cluster(kafka_bootstrap, fresh_redis, unique_topic)
+    config = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)[0]
     seen: list[tuple[BatchStats, str]] = []
 
     def on_batch(s: BatchStats) -> None:
@@ -107,7 +81,7 @@ def test_a_background_cycle_publishes_what_an_in_batch_cycle_does_from_its_own_t
 def test_a_cycle_that_failed_after_its_batch_committed_is_completed_on_restart_with_its_ids(
     spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, monkeypatch
 ):
-    config = _cluster(kafka_bootstrap, fresh_redis, unique_topic)
+    config = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)[0]
     real_step = decide.step
 
     def failing_step(*args, **kwargs):
@@ -136,7 +110,7 @@ def test_a_cycle_that_failed_after_its_batch_committed_is_completed_on_restart_w
     assert not fresh_redis.exists(f"{config.redis_key_prefix}:stream:pending")
 
     # the same reports with nothing failing decide the same (in a fresh job)
-    reference = _cluster(kafka_bootstrap, fresh_redis, unique_topic)
+    reference = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)[0]
     _run(spark, kafka_bootstrap, redis_url, reference, tmp_path / "ref")
     assert _shape(published) == _shape(_decisions(kafka_bootstrap, reference))
 

@@ -146,9 +146,11 @@ def _assert_matches_pure(snapshot: dict[str, dict], reports: list[LocalBrokerDat
     return pure
 
 
-def test_overloaded_broker_is_shed_and_hot_bundle_split(
-    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
-):
+def overloaded_cluster(
+    kafka_bootstrap: str, fresh_redis: redis.Redis, unique_topic
+) -> tuple[LoadBalancerConfig, list[str]]:
+    """Fresh topics and namespace, and three rounds of ``_cluster_round`` on the reports topic:
+    broker-1 overloaded (OverloadShedder), names[5] over the split's message-rate limit."""
     config = _config(
         unique_topic,
         loadBalancerLoadSheddingStrategy="OverloadShedder",
@@ -161,6 +163,13 @@ def test_overloaded_broker_is_shed_and_hot_bundle_split(
     for i in range(3):
         records += _records(_cluster_round(names, i), T0_MS + i * 5000)
     _publish(kafka_bootstrap, config.load_reports_topic, records)
+    return config, names
+
+
+def test_overloaded_broker_is_shed_and_hot_bundle_split(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+):
+    config, names = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)
 
     stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
 
