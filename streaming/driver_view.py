@@ -45,8 +45,7 @@ from loadbalance.time_average import (
 )
 from loadbalance.view import BrokerLoad, ClusterView, LoadState, build_view
 from streaming.schema import BROKER, BROKER_GONE, SHARD
-from streaming.shard_state import ShardState
-from streaming.snapshot_docs import bundle_count
+from streaming.shard_state import ShardState, bundle_count
 
 log = logging.getLogger("streaming.driver_view")
 

@@ -91,6 +91,11 @@ def unpack_samples(raw: bytes) -> tuple[list[str], np.ndarray, np.ndarray]:
     return names, values, counts
 
 
+def bundle_count(blob: bytes) -> int:
+    """Bundles in a shard blob (``ShardState.to_bytes``), from its header, without decoding."""
+    return struct.unpack_from("<I", blob, 4)[0] if blob else 0
+
+
 @dataclass
 class ShardState:
     """Every bundle of one shard: averages, last sample, owner and last-seen event time."""

@@ -98,9 +98,9 @@ class Progress:
     """The last completed batch, the job's event-time clock, and the policy state.
 
     ``cycle_pending``: the batch's view is committed but the policy cycle it made due has not
-    published its decisions yet (``streaming.decide`` runs it after the commit, in the
-    background). Whoever reads such a progress first completes that cycle, over the view
-    committed with the batch, before anything else.
+    published its decisions yet (``streaming.decide`` runs it after the commit, inside the
+    batch or beside the next one). Whoever reads such a progress first completes that cycle,
+    over the view committed with the batch, before anything else.
     """
 
     batch: int = -1

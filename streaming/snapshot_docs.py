@@ -26,14 +26,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
-
+# The report's NamespaceBundleStats field names; TimeAverageMessageData uses the same four.
+from loadbalance.report_columns import COUNT_FIELDS, VALUE_FIELDS
 from streaming.shard_state import ShardState, shard_of
 
 SHARDS_FIELD = "load:shards"
 DEFAULT_DOC_SHARDS = 32
-_AVG_KEYS = ("msgThroughputIn", "msgThroughputOut", "msgRateIn", "msgRateOut")
-_COUNT_KEYS = ("topics", "consumerCount", "producerCount")
 
 
 def shards_key(prefix: str) -> str:
@@ -58,11 +56,11 @@ def shard_docs(state: ShardState) -> dict[str, dict[str, Any]]:
         strict=True,
     ):
         out[name] = {
-            "shortTerm": {**dict(zip(_AVG_KEYS, s, strict=True)), "numSamples": sn},
-            "longTerm": {**dict(zip(_AVG_KEYS, lg, strict=True)), "numSamples": ln},
+            "shortTerm": {**dict(zip(VALUE_FIELDS, s, strict=True)), "numSamples": sn},
+            "longTerm": {**dict(zip(VALUE_FIELDS, lg, strict=True)), "numSamples": ln},
             "topics": c[0],
             "broker": owner,
-            "lastStats": {**dict(zip(_AVG_KEYS, la, strict=True)), **dict(zip(_COUNT_KEYS, c))},
+            "lastStats": {**dict(zip(VALUE_FIELDS, la, strict=True)), **dict(zip(COUNT_FIELDS, c))},
             "updatedAtMs": t,
         }
     return out
@@ -105,9 +103,9 @@ def blobs_from_docs(
             last = doc.get("lastStats") or {}
             for arr, num, d in ((state.short_avg, state.short_n, short),
                                 (state.long_avg, state.long_n, long_)):  # fmt: skip
-                arr[i] = [float(d.get(k, arr[i, j])) for j, k in enumerate(_AVG_KEYS)]
+                arr[i] = [float(d.get(k, arr[i, j])) for j, k in enumerate(VALUE_FIELDS)]
                 num[i] = int(d.get("numSamples", 0))
-            state.last_values[i] = [float(last.get(k, 0.0)) for k in _AVG_KEYS]
+            state.last_values[i] = [float(last.get(k, 0.0)) for k in VALUE_FIELDS]
             state.last_counts[i] = [
                 int(last.get("topics", doc.get("topics", 0))),
                 int(last.get("consumerCount", 0)),
@@ -117,8 +115,3 @@ def blobs_from_docs(
             state.last_seen_ms[i] = int(doc.get("updatedAtMs", 0))
         out[f"{SHARD_PREFIX}{shard}"] = state.to_bytes()
     return out
-
-
-def bundle_count(blob: bytes) -> int:
-    """Bundles in a shard blob, from its header (no decoding)."""
-    return int(np.frombuffer(blob, dtype="<u4", count=1, offset=4)[0]) if blob else 0

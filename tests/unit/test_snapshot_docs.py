@@ -7,8 +7,8 @@ import numpy as np
 from loadbalance.bundles import NamespaceBundles
 from streaming.driver_view import DriverView
 from streaming.schema import OUTPUT_FIELDS, SHARD, frame
-from streaming.shard_state import ShardState
-from streaming.snapshot_docs import blobs_from_docs, bundle_count, docs_from_blobs, shard_docs
+from streaming.shard_state import ShardState, bundle_count
+from streaming.snapshot_docs import blobs_from_docs, docs_from_blobs, shard_docs
 
 NS = "t/ns"
 
