@@ -21,9 +21,8 @@ import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from loadbalance.config import LoadBalancerConfig
-from streaming.decide import BatchStats
-from streaming.job import StreamSettings, start_query
 from tests.fuzz.corpus import REPORT_CLASSES, report_cases
+from tests.integration.test_streaming_job import _run
 
 N_BAD = 330
 T0_MS = 1_700_000_000_000
@@ -86,19 +85,7 @@ def test_hostile_records_all_reach_the_dead_letter_topic_and_the_query_survives(
     assert len(bad_offsets) >= 300 and set(per_class) == set(REPORT_CLASSES), per_class
     _publish(kafka_bootstrap, config.load_reports_topic, records)
 
-    stats: list[BatchStats] = []
-    settings = StreamSettings(
-        bootstrap_servers=kafka_bootstrap,
-        checkpoint=str(tmp_path / "ckpt"),
-        redis_url=redis_url,
-        available_now=True,
-        source="python",
-        n_shards=4,
-    )
-    query = start_query(spark, settings, config, on_batch=stats.append)
-    query.awaitTermination(600)
-    assert query.exception() is None, query.exception()
-    query.stop()
+    _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt", timeout_s=600)
 
     letters = [json.loads(v) for v in _read_all(kafka_bootstrap, config.dead_letters_topic)]
     by_offset = {d["offset"]: d for d in letters}

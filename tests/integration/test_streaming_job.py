@@ -11,6 +11,7 @@ import json
 import math
 import uuid
 from pathlib import Path
+from typing import Any
 
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -83,7 +84,16 @@ def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes, int
     return out
 
 
-def _run(spark, kafka_bootstrap, redis_url, config, checkpoint: Path) -> list[BatchStats]:
+def _run(
+    spark,
+    kafka_bootstrap,
+    redis_url,
+    config,
+    checkpoint: Path,
+    timeout_s: float = 240,
+    **settings_kw: Any,
+) -> list[BatchStats]:
+    """One ``availableNow`` run of the job to its end; ``settings_kw`` override settings."""
     stats: list[BatchStats] = []
     settings = StreamSettings(
         bootstrap_servers=kafka_bootstrap,
@@ -91,10 +101,10 @@ def _run(spark, kafka_bootstrap, redis_url, config, checkpoint: Path) -> list[Ba
         redis_url=redis_url,
         available_now=True,
         source="python",
-        n_shards=4,
+        **{"n_shards": 4, **settings_kw},
     )
     query = start_query(spark, settings, config, on_batch=stats.append)
-    query.awaitTermination(240)
+    query.awaitTermination(timeout_s)
     assert query.exception() is None, query.exception()
     query.stop()
     return stats
@@ -357,19 +367,11 @@ def test_a_batch_that_expires_bundles_and_updates_others_keeps_the_query_alive(
     _publish(kafka_bootstrap, config.load_reports_topic,
              [(b"b1:8080", encode_report(first), T0_MS),
               (b"b1:8080", encode_report(later), T0_MS + 10 * MINUTE_MS)])  # fmt: skip
-    settings = StreamSettings(
-        bootstrap_servers=kafka_bootstrap,
-        checkpoint=str(tmp_path / "ckpt"),
-        redis_url=redis_url,
-        available_now=True,
-        source="python",
+    _run(
+        spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt",
         n_shards=1,  # one shard: the update and the expiry meet in one state call
         bundle_ttl_seconds=60.0,
-    )
-    query = start_query(spark, settings, config)
-    query.awaitTermination(240)
-    assert query.exception() is None, query.exception()
-    query.stop()
+    )  # fmt: skip
     assert set(_snapshot_bundles(fresh_redis, config.redis_key_prefix)) == {kept, new}
 
 
@@ -382,23 +384,14 @@ def test_a_silent_broker_is_gone_after_the_report_timeout_and_a_reporting_one_is
     config = _config(unique_topic, loadBalancerBrokerReportTimeoutSeconds=10)
     names = [f"{NS}/0x00000000_0x80000000", f"{NS}/0x80000000_0xffffffff"]
     b1, b2 = (_report(f"b{i + 1}:8080", 30.0, {names[i]: _stats(10.0, 1e4)}) for i in range(2))
-    settings = StreamSettings(
-        bootstrap_servers=kafka_bootstrap,
-        checkpoint=str(tmp_path / "ckpt"),
-        redis_url=redis_url,
-        available_now=True,
-        source="python",
-        n_shards=1,
-        watermark_delay_seconds=1.0,
-    )
 
     def run(records: list[tuple[LocalBrokerData, int]]) -> set[str]:
         timed = [(r.broker.encode(), encode_report(r), T0_MS + s * 1000) for r, s in records]
         _publish(kafka_bootstrap, config.load_reports_topic, timed)
-        query = start_query(spark, settings, config)
-        query.awaitTermination(240)
-        assert query.exception() is None, query.exception()
-        query.stop()
+        _run(
+            spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt",
+            n_shards=1, watermark_delay_seconds=1.0,
+        )  # fmt: skip
         brokers = fresh_redis.hkeys(f"{config.redis_key_prefix}:load:brokers")
         return {b.decode() for b in brokers}
 
