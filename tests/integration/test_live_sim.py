@@ -29,6 +29,7 @@ from prometheus_client import REGISTRY
 
 from controller.placement import put_load_snapshot
 from controller.redis_store import RedisStore
+from lbctl import metrics
 from loadbalance.model import LocalBrokerData
 from loadbalance.report_codec import decode_report, report_to_dict
 from producers import cli
@@ -307,7 +308,6 @@ def test_lbctl_simulate_live_publishes_one_json_line_per_cycle(
     argv += ["--set", f"loadReportsTopic={topic}", "--set", "redisKeyPrefix=cli"]
     argv += ["--metrics-port", "0"]
     args = parser.parse_args(argv)
-    metrics = pytest.importorskip("lbctl.metrics")
     cycles = "lbctl_simulator_cycles_total"
     cycles_before = REGISTRY.get_sample_value(cycles) or 0.0
     try:
