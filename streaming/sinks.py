@@ -49,6 +49,8 @@ class KafkaSink:
         conf.setdefault("linger.ms", 5)
         conf.setdefault("message.max.bytes", 4 * 1024 * 1024)
         self._producer = Producer(conf)
+        self._bootstrap = bootstrap_servers
+        self._topics: set[str] = set()
         self._errors: list[str] = []
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
@@ -56,6 +58,7 @@ class KafkaSink:
             self._errors.append(str(err))
 
     def send(self, topic: str, key: str | bytes | None, value: bytes) -> None:
+        self._topics.add(topic)
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
@@ -67,8 +70,14 @@ class KafkaSink:
     def flush(self, timeout_s: float = 30.0) -> None:
         left = self._producer.flush(timeout_s)
         errors, self._errors = self._errors, []
+        topics, self._topics = sorted(self._topics), set()
         if left or errors:
-            raise Transient(f"{left} records undelivered, {len(errors)} failed: {errors[:3]}")
+            # the operator reads this in the restart line: say it is Kafka, where, and what
+            raise Transient(
+                f"Kafka at {self._bootstrap}: {left} records to {', '.join(topics)} still "
+                f"undelivered after a {timeout_s:g} s flush, {len(errors)} delivery errors"
+                + (f": {'; '.join(errors[:3])}" if errors else "")
+            )
 
 
 def read_only(d: dict) -> MappingProxyType:
