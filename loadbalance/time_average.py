@@ -18,6 +18,7 @@ reports, not seconds, exactly as in Pulsar.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -124,18 +125,26 @@ class TimeAverageBrokerData:
 
     @classmethod
     def of(cls, bundles: Iterable[BundleData]) -> TimeAverageBrokerData:
-        s = [0.0] * 8
+        """The sums, each correctly rounded (``math.fsum``), so independent of the order.
+
+        Deviation from Pulsar, which adds doubles in its map's order: a broker's bundles are a
+        ``frozenset`` whose order follows Python's per-process string hash, so plain ``+=``
+        gave sums that differed in the last bits between two processes (a replayed cycle after
+        a restart could then break a near-tie the other way). Exact sums are the same bits in
+        every process and in whatever order a caller holds the bundles (the streaming job sums
+        its NumPy columns the same way)."""
+        columns: list[list[float]] = [[], [], [], [], [], [], [], []]
         for b in bundles:
             st, lt = b.short_term, b.long_term
-            s[0] += st.msg_throughput_in
-            s[1] += st.msg_throughput_out
-            s[2] += st.msg_rate_in
-            s[3] += st.msg_rate_out
-            s[4] += lt.msg_throughput_in
-            s[5] += lt.msg_throughput_out
-            s[6] += lt.msg_rate_in
-            s[7] += lt.msg_rate_out
-        return cls(*s)
+            columns[0].append(st.msg_throughput_in)
+            columns[1].append(st.msg_throughput_out)
+            columns[2].append(st.msg_rate_in)
+            columns[3].append(st.msg_rate_out)
+            columns[4].append(lt.msg_throughput_in)
+            columns[5].append(lt.msg_throughput_out)
+            columns[6].append(lt.msg_rate_in)
+            columns[7].append(lt.msg_rate_out)
+        return cls(*(math.fsum(c) for c in columns))
 
     @property
     def long_term_msg_rate(self) -> float:

@@ -178,9 +178,9 @@ def build_view(
     """Assemble the view for one cycle from the aggregation state.
 
     ``time_averages``: brokers' ``TimeAverageBrokerData`` already summed by a caller that holds
-    the bundles' averages as arrays (the streaming job sums 100,000 bundles that way in a few
-    milliseconds, in this function's order, so to the same bits); brokers it lacks are summed
-    here."""
+    the bundles' averages as arrays (the streaming job sums 100,000 bundles that way in tens of
+    milliseconds, with the same correctly rounded ``math.fsum``, so to the same bits); brokers
+    it lacks are summed here."""
     brokers: dict[str, BrokerView] = {}
     default = BundleData.new()
     given = time_averages or {}

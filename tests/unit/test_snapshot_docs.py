@@ -174,8 +174,8 @@ def test_background_threads_run_nicer_than_the_rest_of_the_process():
 
 
 def test_brokers_time_averages_are_the_bits_build_view_would_sum():
-    """The view sums brokers' averages from the shard arrays (``np.bincount``); they must be
-    exactly ``TimeAverageBrokerData.of`` over the view's bundles, defaults included."""
+    """The view sums brokers' averages from the shard arrays (``math.fsum`` per column); they
+    must be exactly ``TimeAverageBrokerData.of`` over the view's bundles, defaults included."""
     import json
 
     from loadbalance.time_average import BundleData, TimeAverageBrokerData

@@ -106,3 +106,29 @@ def test_ingest_many_equals_repeated_ingest() -> None:
     for r in reports:
         one = ingest(one, r, **kw)
     assert ingest_many(LoadState(), reports, **kw) == one
+
+
+def test_broker_time_average_is_the_same_bits_in_any_bundle_order() -> None:
+    """A broker's bundles are a frozenset, iterated in the per-process string-hash order: the
+    sums must not depend on it, or a cycle replayed by another process could tip a near-tie."""
+    import random
+
+    rng = random.Random(7)
+    bundles = [
+        BundleData.new().update(
+            NamespaceBundleStats(
+                msg_rate_in=rng.uniform(0, 10) ** rng.randint(0, 12),
+                msg_rate_out=rng.random() * 1e-3,
+                msg_throughput_in=rng.uniform(0, 1e9),
+                msg_throughput_out=rng.uniform(0, 1e3),
+            )
+        )
+        for _ in range(500)
+    ]
+    want = TimeAverageBrokerData.of(bundles)
+    plain = set()
+    for _ in range(5):
+        rng.shuffle(bundles)
+        assert TimeAverageBrokerData.of(bundles) == want
+        plain.add(sum(b.short_term.msg_rate_in for b in bundles))
+    assert len(plain) > 1  # the data really is order-sensitive under plain addition
