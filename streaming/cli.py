@@ -77,7 +77,8 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         "--shards",
         type=int,
         default=DEFAULT_SHARDS,
-        help=f"bundle state shards, fixed for a checkpoint (default {DEFAULT_SHARDS})",
+        help=f"bundle state shards (default {DEFAULT_SHARDS}); recorded in the checkpoint "
+        "folder at its first start, and a later start with another count is refused",
     )
     parser.add_argument(
         "--max-offsets-per-trigger", type=int, default=None, help="cap records per micro-batch"
@@ -133,6 +134,7 @@ def run_stream(args: argparse.Namespace) -> int:
     from lbctl import metrics
     from lbctl.config_cmd import load_from_args
     from loadbalance.config import ConfigError
+    from streaming.checkpoint_settings import CheckpointMismatch, check_shards
     from streaming.job import StreamSettings, spark_session, start_query
 
     try:
@@ -143,6 +145,11 @@ def run_stream(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
     if not bootstrap:
         print("lbctl stream: no Kafka: give --bootstrap-servers", file=sys.stderr)
+        return 2
+    try:  # before Kafka and the JVM: a refused checkpoint should cost nothing
+        check_shards(args.checkpoint, args.shards)
+    except CheckpointMismatch as e:
+        print(f"lbctl stream: {e}", file=sys.stderr)
         return 2
     try:
         metrics.serve_from_args(args)

@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # spark-submit streaming/job.py: make the project
 
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
+from streaming.checkpoint_settings import check_shards
 from streaming.decide import BatchStats, DecisionStage
 from streaming.parse import ParseSettings, parse_batches
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, ddl
@@ -130,7 +131,10 @@ def start_query(
     config: LoadBalancerConfig,
     on_batch: Callable[[BatchStats], None] | None = None,
 ) -> Any:
-    """Start the whole query; returns the ``StreamingQuery``."""
+    """Start the whole query; returns the ``StreamingQuery``.
+
+    Raises ``CheckpointMismatch`` when the checkpoint was started with another shard count."""
+    check_shards(settings.checkpoint, settings.n_shards)
     stage = DecisionStage(
         config=config,
         bootstrap_servers=settings.bootstrap_servers,
