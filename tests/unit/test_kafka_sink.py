@@ -29,5 +29,5 @@ def test_flush_to_an_unreachable_broker_raises_transient_naming_kafka_and_topics
     assert "2 records to dead-x, decisions-x still undelivered" in text
     with pytest.raises(Transient, match=r"2 delivery errors: .*[Tt]imed out"):
         sink.flush(timeout_s=10)  # the messages' own timeout ends them: errors, not a hang
-    del sink
+    del err, sink  # the ExceptionInfo holds flush()'s frame, and so the sink
     gc.collect()  # the producer goes now, not at exit, still calling the closed port
