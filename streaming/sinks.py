@@ -5,6 +5,8 @@ Why these shapes:
 * ``KafkaSink`` is created on the driver inside ``foreachBatch`` (never shipped to executors)
   and flushes at the end of every batch; a record that cannot be delivered raises ``Transient``,
   which fails the batch before it is marked complete, so Spark retries it and nothing is lost.
+  The failed producer purges what it still holds, so only a request the broker already had can
+  give a second copy (same id, same content).
 * ``RedisProgress`` writes, in ONE ``MULTI`` transaction, the changed part of the load snapshot,
   the cross-cycle ``CycleState``, the job's event-time clock and the id of the completed batch.
   The view, the policy state and the batch id therefore always agree, which is what makes a
@@ -67,11 +69,23 @@ class KafkaSink:
                 self._producer.poll(0.1)
         self._producer.poll(0)
 
+    def pending(self) -> int:
+        """Records (and requests) the producer still holds."""
+        return len(self._producer)
+
     def flush(self, timeout_s: float = 30.0) -> None:
         left = self._producer.flush(timeout_s)
         errors, self._errors = self._errors, []
         topics, self._topics = sorted(self._topics), set()
         if left or errors:
+            # This producer is abandoned with the failed batch, which is replayed with a new
+            # one: drop what it still holds, so it does not deliver (or retry) these records
+            # minutes later, beside the replay's copies. A produce request already sent may
+            # still be appended by the broker; its copy has the same id and content, which the
+            # controller records as a duplicate (the at-least-once case, streaming.decide).
+            self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self._producer.poll(0)  # serves the purged records' reports ...
+            self._errors = []  # ... which are ours, not news
             # the operator reads this in the restart line: say it is Kafka, where, and what
             raise Transient(
                 f"Kafka at {self._bootstrap}: {left} records to {', '.join(topics)} still "

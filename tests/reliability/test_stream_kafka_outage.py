@@ -23,7 +23,7 @@ from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedKafka
 from infra.topics import ensure_topics
 from loadbalance.config import LoadBalancerConfig
-from loadbalance.decisions import decode_decision
+from loadbalance.decisions import decode_decision, encode_decision
 from tests.integration.test_streaming_job import (
     MINUTE_MS,
     T0_MS,
@@ -148,8 +148,22 @@ def test_stream_restarts_itself_after_a_long_kafka_outage_and_processes_what_cam
     assert stopped
     # the averaged view is that of every report, before and after the outage
     _assert_matches_pure(snapshot, [r for rnd in rounds for r in rnd], config)
-    # decisions were made after the restart too, and none was published twice
+    # Decisions were made after the restart too. An id appears twice only when the outage hit
+    # a decision flush: a produce request Tansu already held is appended when it resumes, and
+    # the replayed batch publishes the same decision again (at-least-once; the controller
+    # records the second as a duplicate). So: repeats have identical content, and there are
+    # at most as many as the restart lines say were left undelivered to the decisions topic
+    # (none when the outage hit the source first).
     ids = [d.id for d in decisions]
-    print(f"figure: {len(ids)} decisions, {len(ids) - len(set(ids))} ids twice")
-    assert len(ids) == len(set(ids))
+    repeats = len(ids) - len(set(ids))
+    undelivered = sum(
+        int(m.group(1))
+        for line in restart_lines
+        if (m := re.search(rf"(\d+) records to [^;]*?{knobs['decisionsTopic']}", line))
+    )
+    print(f"figure: {len(ids)} decisions, {repeats} ids twice, {undelivered} undelivered")
+    assert repeats <= undelivered, ids
+    by_id: dict[str, bytes] = {}
+    for d in decisions:
+        assert by_id.setdefault(d.id, encode_decision(d)) == encode_decision(d), d.id
     assert any(d.decided_at_ms > last_before for d in decisions), decisions

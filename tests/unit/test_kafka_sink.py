@@ -17,9 +17,9 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_flush_to_an_unreachable_broker_raises_transient_naming_kafka_and_topics():
+def test_a_failed_flush_names_kafka_and_topics_and_drops_what_the_producer_held():
     bootstrap = f"127.0.0.1:{_closed_port()}"
-    sink = KafkaSink(bootstrap, {"message.timeout.ms": 2_000, "log_level": 0})
+    sink = KafkaSink(bootstrap, {"message.timeout.ms": 300_000, "log_level": 0})
     sink.send("decisions-x", b"k", b"v")
     sink.send("dead-x", None, b"v")
     with pytest.raises(Transient) as err:
@@ -27,7 +27,9 @@ def test_flush_to_an_unreachable_broker_raises_transient_naming_kafka_and_topics
     text = str(err.value)
     assert f"Kafka at {bootstrap}" in text
     assert "2 records to dead-x, decisions-x still undelivered" in text
-    with pytest.raises(Transient, match=r"2 delivery errors: .*[Tt]imed out"):
-        sink.flush(timeout_s=10)  # the messages' own timeout ends them: errors, not a hang
+    # the failed producer is abandoned with its batch: it must not deliver these records
+    # later beside the replay's copies, so it holds nothing any more
+    assert sink.pending() == 0
+    sink.flush(timeout_s=1)  # nothing left, no stale error reports
     del err, sink  # the ExceptionInfo holds flush()'s frame, and so the sink
     gc.collect()  # the producer goes now, not at exit, still calling the closed port
