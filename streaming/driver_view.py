@@ -29,6 +29,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import astuple
 from types import MappingProxyType
 from typing import Any
 
@@ -50,19 +51,7 @@ from streaming.shard_state import ShardState, bundle_count
 
 log = logging.getLogger("streaming.driver_view")
 
-_DEFAULT = BundleData.new()
-_DEFAULT_SUMS = np.array(
-    [
-        _DEFAULT.short_term.msg_throughput_in,
-        _DEFAULT.short_term.msg_throughput_out,
-        _DEFAULT.short_term.msg_rate_in,
-        _DEFAULT.short_term.msg_rate_out,
-        _DEFAULT.long_term.msg_throughput_in,
-        _DEFAULT.long_term.msg_throughput_out,
-        _DEFAULT.long_term.msg_rate_in,
-        _DEFAULT.long_term.msg_rate_out,
-    ]
-)
+_DEFAULT_SUMS = np.array(astuple(TimeAverageBrokerData.of([BundleData.new()])))
 """A bundle without data in ``TimeAverageBrokerData`` order (``build_view``'s default)."""
 
 _RESOURCES = (

@@ -159,7 +159,7 @@ def test_stream_restarts_itself_after_a_long_kafka_outage_and_processes_what_cam
     undelivered = sum(
         int(m.group(1))
         for line in restart_lines
-        if (m := re.search(rf"(\d+) records to [^;]*?{knobs['decisionsTopic']}", line))
+        if (m := re.search(rf"(\d+) records to [^;]*?{re.escape(knobs['decisionsTopic'])}", line))
     )
     print(f"figure: {len(ids)} decisions, {repeats} ids twice, {undelivered} undelivered")
     assert repeats <= undelivered, ids
