@@ -28,10 +28,12 @@ one hot broker, so it also fixes clusters ThresholdShedder never touches (PIP-22
    when ``std`` is above target or the max is overloaded, ``Underloaded`` when only the min is
    starved). Per pair, ``offload = (L_max - L_min) / 2`` of load is ``thr_max x offload /
    L_max`` bytes/s of the max broker's current throughput. Its top-K bundles
-   (``loadBalancerMaxNumberOfBundlesInBundleLoadReport``, by current throughput from
-   ``lastStats``) are walked largest first, skipping recently unloaded and zero-throughput
-   ones, never emptying the top-K list. When the next bundle would overshoot, a swap is tried
-   (transfers only): the min broker's top bundles go to the max broker while both new
+   (``loadBalancerMaxNumberOfBundlesInBundleLoadReport`` largest by ``lastStats``, ranked as
+   ``NamespaceBundleStats.compareTo``: bandwidth in, then out, then msg rate) are walked
+   **smallest first**, the order ``TopKBundles`` stores them in, skipping recently unloaded and
+   zero-throughput ones and system namespaces, never emptying the top-K list. When the next
+   bundle would overshoot, a swap is tried (transfers only): the min broker's top bundles,
+   smallest first too, go to the max broker while both new
    throughputs stay below ``thr_max``, accepted once the min side is not above the max side and
    the max side is below ``0.75 x thr_max``; without a swap the pair stops there. A pair that
    moved something re-estimates ``std`` with the moved load and advances the min side; a max
@@ -60,7 +62,7 @@ Deviations from Pulsar:
 
 from __future__ import annotations
 
-import heapq
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,6 +70,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
+from loadbalance.model import NamespaceBundleStats
+from loadbalance.shedding.system_namespaces import is_system_bundle
 from loadbalance.view import BrokerView, ClusterView
 
 if TYPE_CHECKING:
@@ -87,23 +91,80 @@ class TransferShedderState:
     recent_brokers: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
+THROUGHPUT_DIFFERENCE_THRESHOLD_BYTES_PER_S = 1e5
+"""``NamespaceBundleStats.compareTo``: throughputs closer than 100 KB/s count as equal."""
+MSG_RATE_DIFFERENCE_THRESHOLD_PER_S = 100.0
+"""``NamespaceBundleStats.compareTo``: msg rates closer than 100 msg/s count as equal."""
+TOPIC_CONNECTION_DIFFERENCE_THRESHOLD = 500
+"""``NamespaceBundleStats.compareTo``: topic + connection counts closer than 500 are equal."""
+
+
+def _fuzzy_cmp(a: float, b: float, threshold: float) -> int:
+    if abs(a - b) > threshold:
+        return (a > b) - (a < b)
+    return 0
+
+
+def compare_bundle_stats(a: NamespaceBundleStats, b: NamespaceBundleStats) -> int:
+    """Pulsar's ``NamespaceBundleStats.compareTo``: bandwidth in, then bandwidth out, then total
+    msg rate, then topics + producers + consumers, each compared only past its threshold (the
+    cache size, its last criterion, is not reported here)."""
+    return (
+        _fuzzy_cmp(
+            a.msg_throughput_in, b.msg_throughput_in, THROUGHPUT_DIFFERENCE_THRESHOLD_BYTES_PER_S
+        )
+        or _fuzzy_cmp(
+            a.msg_throughput_out, b.msg_throughput_out, THROUGHPUT_DIFFERENCE_THRESHOLD_BYTES_PER_S
+        )
+        or _fuzzy_cmp(a.msg_rate, b.msg_rate, MSG_RATE_DIFFERENCE_THRESHOLD_PER_S)
+        or _fuzzy_cmp(
+            a.topics + a.sessions, b.topics + b.sessions, TOPIC_CONNECTION_DIFFERENCE_THRESHOLD
+        )
+    )
+
+
+def _ranked(
+    items: list[tuple[str, NamespaceBundleStats]],
+) -> list[tuple[str, NamespaceBundleStats]]:
+    """Largest first by ``compare_bundle_stats``, ties by name. The comparison is Pulsar's, with
+    its thresholds, so it is not transitive; sorting a name-ordered list makes the result
+    depend on the figures alone."""
+
+    def cmp(x: tuple[str, NamespaceBundleStats], y: tuple[str, NamespaceBundleStats]) -> int:
+        return compare_bundle_stats(y[1], x[1]) or ((x[0] > y[0]) - (x[0] < y[0]))
+
+    return sorted(sorted(items), key=functools.cmp_to_key(cmp))
+
+
 def top_bundles(view: ClusterView, broker: BrokerView, k: int) -> list[tuple[str, float]]:
-    """The broker's top-K bundles by current throughput, as its top-bundles report lists them:
-    ``lastStats`` first, the short-term average when a bundle is missing there, never-measured
-    bundles left out; largest first, ties by name. ``k < 0`` lists all of them."""
+    """The broker's top-K bundles as Pulsar's ``TopKBundles.update`` stores them: the K largest
+    by ``NamespaceBundleStats.compareTo``, **smallest first**, with their throughput in bytes/s.
+
+    ``TransferShedder`` walks this list in stored order, so a pair first moves the smallest of
+    the top bundles and stops at the first one that would overshoot the offload target; the
+    min broker's list is offered for swaps in the same order. Stats come from ``lastStats``,
+    else from the short-term average; never-measured bundles and system namespaces (which
+    Pulsar's ``TopKBundles`` leaves out) are not listed. ``k < 0`` lists all of them."""
     stats = broker.report.last_stats
     data = view.bundle_data
-    keyed: list[tuple[float, str]] = []
+    items: list[tuple[str, NamespaceBundleStats]] = []
     for b in broker.bundles:
-        s = stats.get(b)
-        if s is not None:
-            keyed.append((-(s.msg_throughput_in + s.msg_throughput_out), b))
+        if is_system_bundle(b):
             continue
-        d = data.get(b)
-        if d is not None:
-            keyed.append((-d.short_term.msg_throughput, b))
-    chosen = sorted(keyed) if k < 0 else heapq.nsmallest(k, keyed)
-    return [(b, -negative) for negative, b in chosen]
+        s = stats.get(b)
+        if s is None:
+            d = data.get(b)
+            if d is None:
+                continue
+            t = d.short_term
+            s = NamespaceBundleStats(
+                t.msg_rate_in, t.msg_rate_out, t.msg_throughput_in, t.msg_throughput_out
+            )
+        items.append((b, s))
+    chosen = _ranked(items)
+    if k >= 0:
+        chosen = chosen[:k]
+    return [(b, s.msg_throughput_in + s.msg_throughput_out) for b, s in reversed(chosen)]
 
 
 class _LoadStats:

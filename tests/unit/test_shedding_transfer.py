@@ -137,7 +137,8 @@ def test_at_most_n_broker_pairs_per_cycle() -> None:
 
 
 def test_transfer_disabled_gives_plain_unloads_without_swaps() -> None:
-    view = cluster(B(0.9, [60 * MB, 40 * MB]), B(0.1, [32 * MB, 8 * MB]))
+    # offload 110 MB x 0.4 / 0.9 = 48.9 MB: the smaller top bundle (50 MB) already overshoots
+    view = cluster(B(0.9, [60 * MB, 50 * MB]), B(0.1, [30 * MB, 10 * MB, 5 * MB, 5 * MB]))
     _, results = run("TransferShedder", view, 4, loadBalancerTransferEnabled=False)
     assert results[3].decisions == () and reasons(results[3])[-1] == "NoBundles"
     view = cluster(B(0.9, [30 * MB] * 3), B(0.1, [5 * MB, 5 * MB]))
@@ -147,19 +148,26 @@ def test_transfer_disabled_gives_plain_unloads_without_swaps() -> None:
 
 
 def test_a_bundle_that_would_overshoot_is_swapped_against_a_min_broker_bundle() -> None:
-    # max 60 + 40 MB at 0.9, min 32 + 8 MB at 0.1: offload (0.9 - 0.1) / 2 = 0.4 of load is
-    # 100 MB x 0.4 / 0.9 = 44.4 MB. The 60 MB bundle overshoots; sending the min broker's
-    # 32 MB bundle back leaves 72 MB / 68 MB (min <= max, 72 < 0.75 x 100): accepted.
-    view = cluster(B(0.9, [60 * MB, 40 * MB]), B(0.1, [32 * MB, 8 * MB]))
+    # max 60 + 50 MB at 0.9, min 30 + 10 + 5 + 5 MB at 0.1: offload (0.9 - 0.1) / 2 = 0.4 of
+    # load is 110 MB x 0.4 / 0.9 = 48.9 MB. The top bundles are walked smallest first, as
+    # Pulsar's TopKBundles stores them: the 50 MB bundle overshoots, so the min broker's
+    # bundles go back smallest first (5, 5, 10 MB) until the two sides read 80 / 80 MB
+    # (min <= max, 80 < 0.75 x 110): accepted; the 60 MB bundle stays (the last top bundle).
+    view = cluster(B(0.9, [60 * MB, 50 * MB]), B(0.1, [30 * MB, 10 * MB, 5 * MB, 5 * MB]))
     res = run("TransferShedder", view, 4)[1][3]
     moves = [
         (d.bundle, d.source_broker, d.destination_broker, d.inputs["swap"]) for d in res.decisions
     ]
-    assert moves == [(bundle(2), "b01", "b00", True), (bundle(0), "b00", "b01", False)]
+    assert moves == [
+        (bundle(5), "b01", "b00", True),
+        (bundle(4), "b01", "b00", True),
+        (bundle(3), "b01", "b00", True),
+        (bundle(1), "b00", "b01", False),
+    ]
 
 
 def test_a_swap_never_takes_the_min_brokers_last_bundle() -> None:
-    view = cluster(B(0.9, [60 * MB, 40 * MB]), B(0.1, [32 * MB]))
+    view = cluster(B(0.9, [60 * MB, 50 * MB]), B(0.1, [32 * MB]))
     res = run("TransferShedder", view, 4)[1][3]
     assert res.decisions == () and reasons(res)[-1] == "NoBundles"
 
@@ -171,10 +179,20 @@ def test_max_broker_bundles_are_ranked_by_their_latest_stats_within_the_top_k() 
         B(0.1, [MB, MB]),
         short_term={bundle(0): 500 * MB},
     )
-    assert [b for b, _ in top_bundles(view, view.brokers["b00"], 2)] == [bundle(1), bundle(2)]
+    # the two largest (20 MB ties go by name), stored smallest first as Pulsar's TopKBundles
+    assert [b for b, _ in top_bundles(view, view.brokers["b00"], 2)] == [bundle(2), bundle(1)]
     assert len(top_bundles(view, view.brokers["b00"], -1)) == 4
     res = once("TransferShedder", view, loadBalancerSheddingConditionHitCountThreshold=0)
-    assert bundle(0) not in {d.bundle for d in res.decisions}
+    # smallest first by lastStats: the 5 MB bundle moves first (by its 500 MB short-term
+    # average it would have been the largest and overshot the 28.9 MB target)
+    assert res.decisions[0].bundle == bundle(0)
+    with_k2 = once(
+        "TransferShedder",
+        view,
+        loadBalancerSheddingConditionHitCountThreshold=0,
+        loadBalancerMaxNumberOfBundlesInBundleLoadReport=2,
+    )
+    assert [d.bundle for d in with_k2.decisions] == [bundle(2)]
     # a top-K of one bundle cannot be shed from (Pulsar: "Sole namespace bundle")
     res = once(
         "TransferShedder",
