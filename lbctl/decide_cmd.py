@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +21,12 @@ from loadbalance.config import ConfigError
 from loadbalance.cycle import CycleState, step, weights_from_config
 from loadbalance.decisions import decision_to_dict
 from loadbalance.errors import InvalidInput
-from loadbalance.snapshot import parse_snapshot
+from loadbalance.snapshot import (
+    key_path,
+    load_snapshot_document,
+    snapshot_config,
+    snapshot_from_document,
+)
 
 MINUTE_MS = 60_000
 
@@ -49,33 +55,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        text = args.snapshot.read_text(encoding="utf-8")
+        raw = args.snapshot.read_bytes()
     except OSError as e:
         print(f"lbctl decide: cannot read snapshot {args.snapshot}: {e.strerror}", file=sys.stderr)
-        return 2
-    try:
-        # The snapshot's own config overrides sit below the command line's --set values.
-        probe = parse_snapshot(text)
-        args.set = [f"{k}={v}" for k, v in probe.config_overrides.items()] + list(args.set or [])
-        config = load_from_args(args)
-        snap = parse_snapshot(text, weights_from_config(config))
-    except ConfigError as e:
-        print(f"lbctl decide: {e}", file=sys.stderr)
-        return 2
-    except InvalidInput as e:
-        print(f"lbctl decide: invalid snapshot: {e}", file=sys.stderr)
         return 2
     if args.cycles < 1:
         print("lbctl decide: --cycles must be at least 1", file=sys.stderr)
         return 2
-    state = CycleState()
-    interval_ms = int(
-        min(
-            config.load_balancer_shedding_interval_minutes,
-            config.load_balancer_split_interval_minutes,
-        )
-        * MINUTE_MS
+    try:
+        doc = load_snapshot_document(raw)
+        overrides = snapshot_config(doc)
+    except InvalidInput as e:
+        return _invalid(e)
+    try:
+        # Checked alone first, so that a bad --set, --config or LB_* value is not blamed on
+        # the snapshot.
+        load_from_args(args, quiet=True)
+    except ConfigError as e:
+        print(f"lbctl decide: {_one_line(str(e))}", file=sys.stderr)
+        return 2
+    # The snapshot's own config overrides sit below the command line's --set values.
+    merged = argparse.Namespace(**vars(args))
+    merged.set = [f"{k}={v}" for k, v in overrides.items()] + list(args.set or [])
+    try:
+        config = load_from_args(merged)
+    except ConfigError as e:
+        where = key_path("snapshot.config", e.knob) if e.knob in overrides else "snapshot.config"
+        return _invalid(InvalidInput(where, str(e)))
+    interval_minutes = min(
+        config.load_balancer_shedding_interval_minutes,
+        config.load_balancer_split_interval_minutes,
     )
+    if not math.isfinite(interval_minutes * MINUTE_MS):
+        print(
+            "lbctl decide: loadBalancerSheddingIntervalMinutes and "
+            "loadBalancerSplitIntervalMinutes must be finite",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        snap = snapshot_from_document(doc, overrides, weights_from_config(config))
+    except InvalidInput as e:
+        return _invalid(e)
+    state = CycleState()
+    interval_ms = int(interval_minutes * MINUTE_MS)
     now = snap.now_ms
     out = sys.stdout
     for i in range(args.cycles):
@@ -92,3 +115,19 @@ def run(args: argparse.Namespace) -> int:
                 print(line, file=sys.stderr)
         now += interval_ms
     return 0
+
+
+MAX_ERROR_CHARS = 1000
+
+
+def _one_line(text: str) -> str:
+    """Whitespace folded and length bounded: the error is one readable line, whatever the
+    input held (a knob value is echoed in its error)."""
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _invalid(e: InvalidInput) -> int:
+    """A refused snapshot: one line naming the JSON path, exit code 2."""
+    print(f"lbctl decide: invalid snapshot: {_one_line(str(e))}", file=sys.stderr)
+    return 2

@@ -12,6 +12,8 @@ What it mirrors, and where it differs from Pulsar:
 * Shedding runs every ``loadBalancerSheddingIntervalMinutes`` with more than one broker, as
   ``LoadSheddingTask``; bundles unloaded within ``loadBalancerSheddingGracePeriodMinutes`` are
   passed to the shedder as ``recently_unloaded`` and never moved again inside the grace period.
+  Those are the moves the state recorded and those the view brings in (a snapshot's
+  ``recentlyUnloaded``), the newer time winning where both name a bundle.
 * Placement: when ``loadBalancerTransferEnabled`` is on, an UNLOAD from a modular shedder is
   turned into a TRANSFER to the broker the configured placement strategy picks now (with
   preallocation, so several bundles shed in one cycle do not herd onto one broker). Pulsar's
@@ -102,9 +104,20 @@ def _due(last_ms: int | None, interval_minutes: float, now_ms: int) -> bool:
     return last_ms is None or now_ms - last_ms >= interval_minutes * MINUTE_MS
 
 
-def _in_grace(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> dict[str, int]:
+def _in_grace(
+    state: CycleState, view: ClusterView, config: LoadBalancerConfig, now_ms: int
+) -> dict[str, int]:
+    """The view's and the state's recently moved bundles still inside the grace period.
+
+    Both count: the view carries moves made before this process started (a snapshot's
+    ``recentlyUnloaded``, or a restarted job's), the state those of the cycles it ran. A bundle
+    in both keeps the newer time, so the grace period is never cut short."""
     grace_ms = config.load_balancer_shedding_grace_period_minutes * MINUTE_MS
-    return {b: t for b, t in state.recently_unloaded.items() if now_ms - t < grace_ms}
+    merged = dict(view.recently_unloaded)
+    for b, t in state.recently_unloaded.items():
+        if b not in merged or t > merged[b]:
+            merged[b] = t
+    return {b: t for b, t in merged.items() if now_ms - t < grace_ms}
 
 
 def step(
@@ -119,7 +132,7 @@ def step(
     """Run one cycle; see the module docstring for what runs when."""
     decisions: list[Decision] = []
     skips: list[Skip] = []
-    recent = _in_grace(state, config, now_ms)
+    recent = _in_grace(state, view, config, now_ms)
     view = replace(view, recently_unloaded=MappingProxyType(dict(recent)))
     split_state, shedder_state = state.split_state, state.shedder_state
     placement_state = state.placement_state
