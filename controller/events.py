@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.topics import kafka_client_config
-from loadbalance.errors import Transient
+from loadbalance.bundles import parse_bundle
+from loadbalance.errors import InvalidInput, Transient
 
 log = logging.getLogger("lbctl.events")
 
@@ -86,20 +87,99 @@ def encode_event(e: OwnershipEvent) -> bytes:
     return json.dumps(e.to_dict(), separators=(",", ":"), sort_keys=True).encode()
 
 
-def decode_event(raw: bytes | str) -> OwnershipEvent:
-    """The inverse of ``encode_event`` (for readers and tests)."""
-    doc: Mapping[str, Any] = json.loads(raw)
+# Tokens come from Redis ``INCR`` and are read by JSON consumers: above 2**53 - 1 a JavaScript
+# reader rounds them, and a value past 2**63 - 1 overflows the counter itself.
+MAX_TOKEN = 2**53 - 1
+MAX_EVENT_BYTES = 1024 * 1024
+_MAX_TEXT_CHARS = 1024
+
+
+class InvalidEvent(InvalidInput):
+    """An ownership-events record that is not a valid event; ``reason`` says why."""
+
+
+def _text(doc: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = doc.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise InvalidEvent(key, f"expected a string, got {type(value).__name__}")
+    if len(value) > _MAX_TEXT_CHARS:
+        raise InvalidEvent(key, f"longer than {_MAX_TEXT_CHARS} characters")
+    return value
+
+
+def _bundle(value: Any, key: str) -> str:
+    try:
+        return parse_bundle(value).name
+    except InvalidInput as e:
+        raise InvalidEvent(key, e.reason) from None
+
+
+def _token(doc: Mapping[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidEvent(key, f"expected an integer token, got {type(value).__name__}")
+    if not 1 <= value <= MAX_TOKEN:
+        raise InvalidEvent(key, f"token out of range 1..2**53-1 ({len(str(value))} digits)")
+    return value
+
+
+def decode_event(raw: bytes | str, *, max_bytes: int = MAX_EVENT_BYTES) -> OwnershipEvent:
+    """The inverse of ``encode_event``; raises ``InvalidEvent`` (and nothing else) for a record
+    that is not a valid event.
+
+    Why so strict: recovery trusts the tokens on this topic as the fence floor, and anything
+    with write access can put a record there. So the record must be UTF-8 JSON of bounded size
+    and nesting, an object with the known keys of the right types, tokens in 1..2**53-1, a
+    known event kind, and bundle names that parse; bundle names come back canonical
+    (``parse_bundle(name).name``: lower-case hex), so a spelling never makes a second bundle.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    if len(raw) > max_bytes:
+        raise InvalidEvent("record", f"{len(raw)} bytes exceeds {max_bytes}")
+    try:
+        text = raw.decode("utf-8")
+        doc = json.loads(text)
+    except UnicodeDecodeError as e:
+        raise InvalidEvent("record", f"not UTF-8 at byte {e.start}") from None
+    except RecursionError:
+        raise InvalidEvent("record", "JSON nested too deeply") from None
+    except ValueError as e:
+        raise InvalidEvent("record", f"not JSON: {str(e)[:120]}") from None
+    if not isinstance(doc, dict):
+        raise InvalidEvent("record", f"expected a JSON object, got {type(doc).__name__}")
+    version = doc.get("schemaVersion", EVENT_SCHEMA_VERSION)
+    if version != EVENT_SCHEMA_VERSION or isinstance(version, bool):
+        raise InvalidEvent("schemaVersion", f"unsupported version {str(version)[:20]}")
+    kind = doc.get("event")
+    if kind not in EVENT_KINDS:
+        raise InvalidEvent("event", f"unknown event kind {str(kind)[:40]!r}")
+    if "bundle" not in doc:
+        raise InvalidEvent("bundle", "missing")
+    at_ms = doc.get("atMs")
+    if not isinstance(at_ms, int) or isinstance(at_ms, bool) or not 0 <= at_ms <= MAX_TOKEN:
+        raise InvalidEvent("atMs", "expected a non-negative integer of milliseconds")
+    children = doc.get("children") or []
+    if not isinstance(children, list) or len(children) > 64:
+        raise InvalidEvent("children", "expected a list of at most 64 bundle names")
+    reason = doc.get("reason", "")
+    if not isinstance(reason, str):
+        raise InvalidEvent("reason", f"expected a string, got {type(reason).__name__}")
     return OwnershipEvent(
-        event=doc["event"],
-        bundle=doc["bundle"],
-        at_ms=int(doc["atMs"]),
-        old_owner=doc.get("oldOwner"),
-        new_owner=doc.get("newOwner"),
-        old_token=doc.get("oldToken"),
-        new_token=doc.get("newToken"),
-        decision_id=doc.get("decisionId"),
-        children=tuple(doc.get("children") or ()),
-        reason=doc.get("reason", ""),
+        event=kind,
+        bundle=_bundle(doc["bundle"], "bundle"),
+        at_ms=at_ms,
+        old_owner=_text(doc, "oldOwner"),
+        new_owner=_text(doc, "newOwner"),
+        old_token=_token(doc, "oldToken"),
+        new_token=_token(doc, "newToken"),
+        decision_id=_text(doc, "decisionId"),
+        children=tuple(_bundle(c, "children") for c in children),
+        reason=reason[:_MAX_TEXT_CHARS],
     )
 
 
@@ -199,11 +279,13 @@ __all__ = [
     "ASSIGNED",
     "EVENT_KINDS",
     "EXPIRED",
+    "MAX_TOKEN",
     "MERGED",
     "RELEASED",
     "SPLIT",
     "TRANSFERRED",
     "EventPublisher",
+    "InvalidEvent",
     "OwnershipEvent",
     "decode_event",
     "encode_event",

@@ -15,9 +15,12 @@ reporting the bundles they serve, so the controller can rebuild:
    covers the ring exactly; namespaces nobody reports come back with their default bundles if
    the caller names them (``known_namespaces``), else they stay lost and the report says so;
 3. **re-grant leases** to the claimants that are registered and live, after raising the fencing
-   counter to ``token_floor`` (the highest token anyone may still hold: the largest token on
-   the ownership-events topic, ``token_floor_from_events``), so every new token is above every
-   old one and a broker's remembered token is refused;
+   counter to ``token_floor`` (the highest token anyone may still hold: the largest trusted
+   token on the ownership-events topic, ``scan_events``), so every new token is above every
+   old one and a broker's remembered token is refused. The topic is input like any other:
+   invalid records are skipped and counted, a token far above the others is not trusted
+   (``trusted_floor``), and everything is validated before the first write, so a bad record
+   can neither crash the controller nor leave a half-written store;
 4. **report** (``RecoveryReport``, also stored at ``P:recovery:last`` and streamed to
    ``P:recovery-log``): what was rebuilt, from what, and what is lost for good.
 
@@ -41,10 +44,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from controller.events import ASSIGNED, OwnershipEvent
+from redis.exceptions import ResponseError
+
+from controller.events import ASSIGNED, MAX_TOKEN, InvalidEvent, OwnershipEvent, decode_event
 from controller.redis_store import BrokerNotAlive, RedisStore, _csv
 from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
-from loadbalance.errors import Conflict, InvalidInput
+from loadbalance.errors import Conflict, InvalidInput, Transient
 from streaming.snapshot_docs import read_bundle_docs
 
 log = logging.getLogger("lbctl.recovery")
@@ -120,6 +125,10 @@ class RecoveryReport:
     unowned: list[str] = field(default_factory=list)
     refused: list[tuple[str, str, str]] = field(default_factory=list)  # bundle, broker, why
     lost: list[str] = field(default_factory=list)
+    events_read: int = 0
+    events_skipped: int = 0
+    tokens_ignored: int = 0
+    event_problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -161,14 +170,30 @@ def recover(
     token_floor: int,
     reason: str,
     known_namespaces: Mapping[str, int] | None = None,
+    events: EventScan | None = None,
 ) -> RecoveryReport:
     """Rebuild namespaces and leases from ``claims`` (broker -> bundles it serves).
 
     Meant for an empty (or partly rewritten) store: a namespace that still exists in Redis is
     left as it is, and its claimed bundles are only re-leased. See the module docstring.
+    ``token_floor`` must be an integer that leaves room for the grants below 2**53-1
+    (``InvalidInput`` otherwise, raised before anything is written); ``events``, the scan it
+    came from, puts the counts of skipped records and ignored tokens in the report.
     """
+    if events is not None and events.floor != token_floor:
+        raise InvalidInput("token_floor", "differs from the floor of the events scan given")
+    grants_max = sum(len(set(b)) for b in claims.values())
+    if not isinstance(token_floor, int) or isinstance(token_floor, bool):
+        raise InvalidInput("token_floor", f"expected an integer, got {type(token_floor).__name__}")
+    if not 0 <= token_floor <= MAX_TOKEN - grants_max:
+        raise InvalidInput("token_floor", f"{token_floor} leaves no room below 2**53-1")
     epoch = uuid.uuid4().hex
     report = RecoveryReport(reason, now_ms, epoch, token_floor, lost=list(ALWAYS_LOST))
+    if events is not None:
+        report.events_read = events.read
+        report.events_skipped = events.skipped
+        report.tokens_ignored = len(events.ignored_tokens)
+        report.event_problems = list(events.problems)
     by_ns: dict[str, list[tuple[str, str]]] = {}
     for broker, bundles in sorted(claims.items()):
         for b in sorted(set(bundles)):
@@ -176,32 +201,45 @@ def recover(
                 by_ns.setdefault(parse_bundle(b).namespace, []).append((b, broker))
             except InvalidInput as e:
                 report.refused.append((b, broker, f"not a bundle name: {e}"))
+    # Everything is computed and validated before the first write, so nothing in the input can
+    # leave a half-written store: the fence, the namespaces, then the leases.
     existing = set(store.list_namespaces())
     grants: list[tuple[str, str]] = []
+    writes: list[tuple[str, list[int]]] = []
     for ns, ns_claims in sorted(by_ns.items()):
         if ns in existing:
             grants += ns_claims
             continue
         bounds, accepted, refused = _rebuild_boundaries(ns_claims)
+        NamespaceBundles(ns, tuple(bounds), now_ms)  # validates: covers the ring, increasing
         report.refused += refused
         grants += accepted
-        _write_namespace(store, ns, bounds, now_ms)
+        writes.append((ns, bounds))
         report.namespaces[ns] = NamespaceRebuild(
             len(bounds) - 1, len(accepted), len(bounds) - 1 - len(accepted), "reports"
         )
     for ns, n in sorted((known_namespaces or {}).items()):
         if ns not in by_ns and ns not in existing:
             bounds = list(NamespaceBundles.initial(ns, n).boundaries)
-            _write_namespace(store, ns, bounds, now_ms)
+            writes.append((ns, bounds))
             report.namespaces[ns] = NamespaceRebuild(n, 0, n, "default")
-    # fence first: every token granted from here on is above anything handed out before
-    store.r.eval(
-        "local c = tonumber(redis.call('GET', KEYS[1]) or '0') "
-        "if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end return 1",
+    # fence first: every token granted from here on is above anything handed out before. A
+    # counter that is not an integer in range (written by hand) is refused before any write.
+    fenced = store.r.eval(
+        "local raw = redis.call('GET', KEYS[1]) or '0' "
+        "if not string.match(raw, '^%d+$') or string.len(raw) > 16 "
+        "or tonumber(raw) > tonumber(ARGV[2]) then "
+        "return redis.error_reply('fence counter holds ' .. string.sub(raw, 1, 40)) end "
+        "if tonumber(raw) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end "
+        "return 1",
         1,
         f"{store.p}:fence",
         token_floor,
+        MAX_TOKEN - grants_max,
     )
+    assert fenced == 1
+    for ns, bounds in writes:
+        _write_namespace(store, ns, bounds, now_ms)
     granted = set()
     for bundle, broker in grants:
         try:
@@ -246,25 +284,86 @@ def _write_namespace(store: RedisStore, ns: str, bounds: list[int], now_ms: int)
     )
 
 
-def token_floor_from_events(
+# A token more than this above every lower token on the topic is not trusted as the floor.
+MAX_TOKEN_GAP = 2**20
+# At most this many skipped-record reasons are kept in a report (the counts are exact).
+MAX_PROBLEMS = 20
+
+
+@dataclass
+class EventScan:
+    """What one read of the ownership-events topic found: the trusted floor and the rest."""
+
+    floor: int = 0
+    read: int = 0
+    skipped: int = 0
+    ignored_tokens: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, text: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+
+
+def trusted_floor(tokens: Iterable[int]) -> tuple[int, list[int]]:
+    """The largest token that can be trusted as the fence floor, and the outliers above it.
+
+    The rule: sort the distinct tokens; walking down from the largest, a token is trusted when
+    another distinct token lies at most ``MAX_TOKEN_GAP`` below it, or when it is the smallest
+    one (there is nothing to compare it with, and ``decode_event`` already bounded it to
+    1..2**53-1). The first trusted token is the floor; the ones above it are ignored.
+
+    Why a gap: every real token is a value of one Redis counter (``P:fence``, ``INCR``) that
+    grows by one per grant, and every grant a controller makes is announced here. So the real
+    tokens near the top of the topic lie close together: between two of them there are only
+    the grants nobody announced (a lookup made without Kafka) or records the topic's retention
+    or compaction dropped. A token more than 2**20 grants (about twelve days of one grant a
+    second, all unannounced) above the next is not the counter's: it is a corrupt record (a
+    flipped high bit, a stray 10**12), and trusting it would spend the token space or, near
+    2**63, overflow the counter mid-recovery. A median or a percentile would be worse: it moves
+    with how many bundles a namespace has, and one bundle that changes owner often legitimately
+    sits far above the median. Distinct tokens count, so a duplicated record (publishing is at
+    least once) cannot vouch for itself.
+
+    What the rule does not cover: two or more forged tokens placed close together vouch for
+    each other (the topic's write ACL is the defence against a forger, not this rule); and a
+    real gap above ``MAX_TOKEN_GAP`` would give a floor too low. Either way every ignored token
+    is logged and reported, so an operator can raise ``P:fence`` by hand.
+    """
+    distinct = sorted(set(tokens), reverse=True)
+    ignored: list[int] = []
+    for i, t in enumerate(distinct):
+        below = distinct[i + 1] if i + 1 < len(distinct) else None
+        if below is None or t - below <= MAX_TOKEN_GAP:
+            return t, sorted(ignored)
+        ignored.append(t)
+    return 0, sorted(ignored)
+
+
+def scan_events(
     bootstrap_servers: str,
     topic: str,
     client_config: Mapping[str, Any] | None = None,
     timeout_s: float = 30.0,
-) -> int:
-    """The largest fencing token on the ownership-events topic (``oldToken``/``newToken``).
+) -> EventScan:
+    """Read the ownership-events topic to its end and find the fence floor (``trusted_floor``
+    of the ``oldToken``/``newToken`` of every valid event).
 
     Why this source: it lives outside Redis, so it survives the loss, and every lease the
     controller granted or moved was announced there. Events are keyed by bundle, so even a
     compacted topic keeps each bundle's newest token. Reads every partition to the end offset
     it had when called; raises ``Transient`` if it cannot, because a floor that is too low
     would let a new token equal one a stale broker still holds.
+
+    A record that ``decode_event`` refuses (not UTF-8, not JSON, nested too deeply, a missing
+    key, a wrong type, a token outside 1..2**53-1, a bad bundle name) is skipped, counted and
+    logged with its partition, offset and reason; nothing on the topic can make this raise
+    anything but ``Transient``.
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     from infra.offsets import latest_offsets
     from infra.topics import kafka_client_config
-    from loadbalance.errors import Transient
 
     ends = latest_offsets(bootstrap_servers, topic, client_config, timeout_s=timeout_s)
     left = {p: end for p, end in ends.items() if end > 0}
@@ -272,7 +371,8 @@ def token_floor_from_events(
     conf.update({"group.id": f"lb-recovery-{uuid.uuid4().hex[:8]}",
                  "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
     consumer = Consumer(conf)
-    floor = 0
+    scan = EventScan()
+    tokens: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
@@ -284,21 +384,41 @@ def token_floor_from_events(
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     left.pop(m.partition(), None)
                 continue
+            scan.read += 1
             try:
-                doc = json.loads(m.value() or b"")
-            except ValueError:
-                doc = {}
-            for k in ("oldToken", "newToken", "token"):
-                v = doc.get(k) if isinstance(doc, dict) else None
-                if isinstance(v, int) and not isinstance(v, bool):
-                    floor = max(floor, v)
+                e = decode_event(m.value() or b"")
+            except InvalidEvent as err:
+                scan.skipped += 1
+                where = f"{topic}/{m.partition()}@{m.offset()}"
+                scan.problem(f"{where}: {err}")
+                log.warning("skipped ownership event %s: %s", where, err)
+            else:
+                tokens.update(t for t in (e.old_token, e.new_token) if t is not None)
             if m.offset() + 1 >= left.get(m.partition(), 0):
                 left.pop(m.partition(), None)
     finally:
         consumer.close()
     if left:
         raise Transient(f"{topic}: could not read partitions {sorted(left)} to their end")
-    return floor
+    scan.floor, scan.ignored_tokens = trusted_floor(tokens)
+    for t in scan.ignored_tokens:
+        scan.problem(f"token {t} ignored: more than {MAX_TOKEN_GAP} above every lower token")
+        log.warning("ownership events: token %d not trusted as the fence floor (more than %d "
+                    "above every lower token); floor %d", t, MAX_TOKEN_GAP, scan.floor)  # fmt: skip
+    if scan.skipped:
+        log.warning("ownership events: %d of %d records skipped as invalid",
+                    scan.skipped, scan.read)  # fmt: skip
+    return scan
+
+
+def token_floor_from_events(
+    bootstrap_servers: str,
+    topic: str,
+    client_config: Mapping[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> int:
+    """``scan_events(...).floor``: the largest trusted token on the ownership-events topic."""
+    return scan_events(bootstrap_servers, topic, client_config, timeout_s).floor
 
 
 def last_report(store: RedisStore) -> dict[str, Any] | None:
@@ -317,6 +437,8 @@ def summary(report: RecoveryReport, report_key: str = "P:recovery:last") -> str:
         f"{len(report.namespaces)} namespaces rebuilt [{rebuilt}]; "
         f"{len(report.leases_granted)} leases granted above token floor {report.token_floor}; "
         f"{len(report.unowned)} bundles unowned; {len(report.refused)} claims refused; "
+        f"ownership events: {report.events_read} read, {report.events_skipped} skipped as "
+        f"invalid, {report.tokens_ignored} tokens not trusted; "
         "lost for good: decision outcomes (de-duplication history), split/merge history, "
         f"stream progress and preallocations; new epoch {report.epoch}; "
         f"full report at {report_key}"
@@ -436,18 +558,22 @@ class AutoRecovery:
             log.info("no live broker reports bundles yet: recovery waits %.1f s more", self.wait_s)
             return None
         self.next_look = t + self.wait_s  # if reading the floor fails, try again then
-        floor = token_floor_from_events(
+        scan = scan_events(
             self.bootstrap_servers, self.events_topic, self.client_config, self.floor_timeout_s
         )
-        report = recover(
-            self.store,
-            claims,
-            now_ms=now_ms,
-            lease_ttl_ms=self.lease_ttl_ms,
-            token_floor=floor,
-            reason=self.reason or "",
-            known_namespaces=self.known_namespaces,
-        )
+        try:
+            report = recover(
+                self.store,
+                claims,
+                now_ms=now_ms,
+                lease_ttl_ms=self.lease_ttl_ms,
+                token_floor=scan.floor,
+                reason=self.reason or "",
+                known_namespaces=self.known_namespaces,
+                events=scan,
+            )
+        except (InvalidInput, ResponseError) as e:  # refused before any write: try again later
+            raise Transient(f"recovery refused, nothing written: {e}") from e
         self.known_epoch, self.reason = report.epoch, None
         return report
 
@@ -500,15 +626,16 @@ def main(argv: list[str] | None = None) -> int:
     if reason is None or args.check:
         print(json.dumps({"lost": reason is not None, "reason": reason, "claims": claims}))
         return 1 if reason is not None else 0
-    floor = token_floor_from_events(bootstrap, config.ownership_events_topic)
+    scan = scan_events(bootstrap, config.ownership_events_topic)
     report = recover(
         store,
         claims,
         now_ms=now_ms,
         lease_ttl_ms=int(config.load_balancer_ownership_lease_ttl_seconds * 1000),
-        token_floor=floor,
+        token_floor=scan.floor,
         reason=reason,
         known_namespaces=known,
+        events=scan,
     )
     print(report.to_json())
     return 0
