@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from loadbalance.decisions import UNLOAD, Decision, Scalar, make_decision
+from loadbalance.shedding.system_namespaces import is_system_bundle
 from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView
 
@@ -42,7 +43,8 @@ def sheddable_bundles(
 
     The metric is the short-term throughput in bytes/s, or the short-term msg rate per second
     with ``by_msg_rate`` (UniformLoadShedder's msg-rate rule). Excludes bundles in
-    ``view.recently_unloaded`` and in ``taken`` (already chosen this cycle). Ties go to the
+    ``view.recently_unloaded``, in ``taken`` (already chosen this cycle) and in system
+    namespaces (heartbeat, SLA monitor: Pulsar never moves them). Ties go to the
     first bundle name so that a replay picks the same bundles. A plain loop without per-bundle
     function calls: it runs over every bundle of a shedding broker.
     """
@@ -55,7 +57,7 @@ def sheddable_bundles(
     )
     keyed: list[tuple[float, str]] = []
     for b in broker.bundles:
-        if b in recent or b in taken:
+        if b in recent or b in taken or is_system_bundle(b):
             continue
         d = data.get(b)
         if d is None:
