@@ -2,9 +2,12 @@
 
 Why a logging filter as well as masked ``repr``s: a secret can reach a log line through text we
 do not control (a client library's error message that quotes a URL, an f-string written in a
-hurry). ``install_secret_filter(config)`` attaches ``SecretFilter`` to the root handlers, so
-every record is rewritten before any handler formats it: each configured secret value becomes
-``******`` and any ``scheme://user:password@`` becomes ``scheme://user:******@``.
+hurry). ``install_secret_filter(config)`` attaches ``SecretFilter`` to the root handlers (and to
+``logging.lastResort``, which prints when no handler is configured), so every record is
+rewritten before any handler formats it: each configured secret value becomes ``******`` and
+any ``scheme://user:password@`` becomes ``scheme://user:******@``. The URL rule needs no
+configured value, so the filter is installed whatever the configuration holds. A handler added
+after the filter was installed does not get it: configure logging first (``lbctl`` does).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class SecretFilter(logging.Filter):
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
             record.exc_text = redact_text(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info, self.secrets)
         return True
 
 
@@ -57,6 +62,10 @@ def install_secret_filter(
     target = logger or logging.getLogger()
     flt = SecretFilter(config.secret_values() if config is not None else ())
     target.addFilter(flt)
-    for handler in target.handlers:
-        handler.addFilter(flt)
+    handlers = list(target.handlers)
+    if target is logging.getLogger() and logging.lastResort is not None:
+        handlers.append(logging.lastResort)
+    for handler in handlers:
+        if flt not in handler.filters:
+            handler.addFilter(flt)
     return flt

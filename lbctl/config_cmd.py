@@ -76,10 +76,12 @@ def load_from_args(args: argparse.Namespace, *, quiet: bool = False) -> LoadBala
 
 def redact_logs(config: LoadBalancerConfig) -> None:
     """Mask ``config``'s secrets in every log record of this process (idempotent: a second
-    configuration adds its secrets to the filter already installed)."""
+    configuration adds its secrets to the filter already installed).
+
+    Installed even when the configuration holds no secret: a password given only inside a URL
+    (``--redis-url redis://user:pass@host``, a SASL bootstrap URL) is masked by the filter's
+    URL rule, which needs no configured value."""
     secrets = config.secret_values()
-    if not secrets:
-        return
     root = logging.getLogger()
     for flt in root.filters:
         if isinstance(flt, SecretFilter):

@@ -76,9 +76,11 @@ def _assert_no_secret(text: str) -> None:
 def test_store_works_with_requirepass_in_the_url_and_fails_clearly_without(
     auth_redis: EmbeddedRedis,
 ) -> None:
-    store = RedisStore.from_url(auth_redis.url, prefix="sec")
-    assert store.create_namespace("acme/auth", 4, exist_ok=True) in (True, False)
-    assert store.get_namespace("acme/auth") is not None
+    store = RedisStore.from_url(auth_redis.url, prefix="sec-requirepass")
+    assert store.r.exists("sec-requirepass:ns:acme/auth") == 0, "this test's own prefix"
+    assert store.create_namespace("acme/auth", 4, exist_ok=True) is True, "created"
+    assert store.create_namespace("acme/auth", 4, exist_ok=True) is False, "already there"
+    assert len(store.get_namespace("acme/auth").bundle_names) == 4
     with pytest.raises(redis.AuthenticationError) as e:
         RedisStore.from_url(
             f"redis://:{WRONG}@127.0.0.1:{auth_redis.port}/0", prefix="sec"
@@ -234,3 +236,90 @@ def test_every_command_masks_configured_secrets_in_its_log_lines() -> None:
     assert "SASL login with ****** failed" in done.stderr, done.stderr
     assert "cannot connect to redis://u:******@h:1/0" in done.stderr, done.stderr
     _assert_no_secret(done.stdout + done.stderr)
+
+
+URL_PASSWORD = "urlOnly-Secret-6d0c"
+SASL_URL_PASSWORD = "saslUrl-Secret-8a3f"
+
+
+def test_a_password_only_inside_a_url_is_masked_in_every_log_line_without_configured_secrets(
+    tmp_path: Path,
+) -> None:
+    """No secret in the configuration (no LB_* variables, no --set): a password that exists
+    only inside ``--redis-url`` or a SASL bootstrap URL must still be masked, in the message,
+    in its arguments, in an exception's traceback and in a stack trace, on a real handler."""
+    code = (
+        "import argparse, logging, sys\n"
+        "from lbctl.config_cmd import add_config_arguments, load_from_args\n"
+        "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')\n"
+        "p = argparse.ArgumentParser()\n"
+        "add_config_arguments(p)\n"
+        "p.add_argument('--redis-url')\n"
+        "args = p.parse_args(sys.argv[1:])\n"
+        "config = load_from_args(args)\n"
+        "assert config.secret_values() == [], config.secret_values()\n"
+        "log = logging.getLogger('lbctl.control')\n"
+        "log.info('connecting to %s', args.redis_url)\n"
+        f"log.warning('kafka at sasl_ssl://lb:{SASL_URL_PASSWORD}@k1:9093 refused us')\n"
+        "try:\n"
+        "    raise ConnectionError(f'cannot reach {args.redis_url}')\n"
+        "except ConnectionError:\n"
+        "    logging.getLogger('redis').exception('lost %r', args.redis_url)\n"
+        "log.warning('with a stack for %s', args.redis_url, stack_info=True)\n"
+    )
+    url = f"redis://app:{URL_PASSWORD}@127.0.0.1:1/0"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LB_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--redis-url", url],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert "INFO lbctl.control: connecting to redis://app:******@127.0.0.1:1/0" in err, err
+    assert "kafka at sasl_ssl://lb:******@k1:9093 refused us" in err, err
+    assert "ERROR redis: lost 'redis://app:******@127.0.0.1:1/0'" in err, err
+    assert "ConnectionError: cannot reach redis://app:******@127.0.0.1:1/0" in err, err
+    assert "Stack (most recent call last)" in err, err
+    for secret in (URL_PASSWORD, SASL_URL_PASSWORD):
+        assert secret not in done.stdout + err, err
+
+
+def test_the_secret_filter_masks_urls_in_message_args_exception_and_stack_on_a_real_logger() -> (
+    None
+):
+    stream = io.StringIO()
+    log = logging.getLogger("test.security.urls")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    flt = install_secret_filter(None, log)
+    url = f"redis://app:{URL_PASSWORD}@h:6379/0"
+    try:
+        log.info("plain redis://app:%s@h:6379/0 in the message", URL_PASSWORD)
+        log.info(
+            "in args: %s and %r",
+            url,
+            {"bootstrap": f"sasl_plaintext://u:{SASL_URL_PASSWORD}@k:9092"},
+        )
+        try:
+            raise RuntimeError(f"boom at {url}")
+        except RuntimeError:
+            log.exception("failed")
+        log.info("stack", stack_info=True, extra={"u": url})
+        log.info("user only redis://app@h:6379/0 stays")
+    finally:
+        log.removeHandler(handler)
+        log.removeFilter(flt)
+    text = stream.getvalue()
+    assert "INFO plain redis://app:******@h:6379/0 in the message" in text, text
+    assert "INFO in args: redis://app:******@h:6379/0 and {'bootstrap': " in text, text
+    assert "sasl_plaintext://u:******@k:9092" in text, text
+    assert "RuntimeError: boom at redis://app:******@h:6379/0" in text, text
+    assert "INFO user only redis://app@h:6379/0 stays" in text, text
+    assert URL_PASSWORD not in text and SASL_URL_PASSWORD not in text, text
