@@ -12,6 +12,7 @@ no-data batches may shift) and write the same averages, which must also equal th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -28,7 +29,7 @@ from infra.embedded import EmbeddedKafka
 from infra.offsets import partitions_for
 from infra.topics import ensure_topics
 from loadbalance.config import LoadBalancerConfig
-from loadbalance.decisions import decode_decision
+from loadbalance.decisions import UNLOAD, decode_decision, encode_decision, make_decision
 from streaming.snapshot_docs import read_bundle_docs
 from tests.integration.test_streaming_job import (
     MINUTE_MS,
@@ -72,6 +73,25 @@ def _read_values(bootstrap: str, topic: str) -> list[bytes]:
 def _content(d) -> tuple:
     return (d.kind, d.bundle, d.source_broker, d.destination_broker, d.split_boundaries,
             d.reason, d.decided_at_ms)  # fmt: skip
+
+
+def _assert_nothing_lost_and_repeats_identical(reference: list, published: list) -> int:
+    """Every decision of the undisturbed run is published once or more by the crashed one, a
+    repeated id carries identical content each time (a replay re-sends, it never re-decides
+    differently), and nothing else is published; returns how many records were repeats.
+
+    Why a list and not a dict keyed by id: a dict keeps one record per id, so an id published
+    twice with different content would pass unseen."""
+    assert len({d.id for d in reference}) == len(reference), "the reference run repeats no id"
+    by_id: dict[str, list] = {}
+    for d in published:
+        by_id.setdefault(d.id, []).append(d)
+    for ident, copies in by_id.items():
+        contents = {(_content(c), encode_decision(c)) for c in copies}
+        assert len(contents) == 1, f"id {ident} published with different content: {copies}"
+    firsts = [copies[0] for copies in by_id.values()]
+    assert Counter(map(_content, firsts)) == Counter(map(_content, reference))
+    return len(published) - len(by_id)
 
 
 def _progress(r: redis.Redis, prefix: str) -> tuple[int, int]:
@@ -202,13 +222,26 @@ def test_stream_killed_mid_batch_and_kafka_away_loses_and_repeats_nothing(
     # no decision lost, none new twice (a replayed batch may re-send the same ids, which the
     # controller de-duplicates), averages as if nothing had happened
     reference = published["ref"]
-    assert len(reference) >= ROUNDS and len({d.id for d in reference}) == len(reference)
-    by_id = {d.id: d for d in published["crash"]}
-    print(f"figure: {len(reference)} decisions; re-sent ids {len(published['crash']) - len(by_id)}")
-    assert Counter(_content(d) for d in by_id.values()) == Counter(map(_content, reference))
+    assert len(reference) >= ROUNDS
+    resent = _assert_nothing_lost_and_repeats_identical(reference, published["crash"])
+    print(f"figure: {len(reference)} decisions; re-sent ids {resent}")
     _assert_matches_pure(_snapshot(fresh_redis, crash_prefix), all_reports, config)
     _assert_matches_pure(_snapshot(fresh_redis, runs["ref"]["redisKeyPrefix"]), all_reports, config)
 
 
 def _snapshot(r: redis.Redis, prefix: str) -> dict[str, dict]:
     return read_bundle_docs(r, prefix)
+
+
+def test_the_comparison_sees_a_repeated_id_with_different_content_and_a_lost_decision() -> None:
+    """The check the crash test relies on, fed records that break it (no Spark here)."""
+    a = make_decision(cycle="1", kind=UNLOAD, bundle="t/ns/0x00000000_0x80000000",
+                      source_broker="b1", reason="Overloaded")  # fmt: skip
+    b = make_decision(cycle="1", kind=UNLOAD, bundle="t/ns/0x80000000_0xffffffff",
+                      source_broker="b2", reason="Overloaded")  # fmt: skip
+    assert _assert_nothing_lost_and_repeats_identical([a, b], [a, b, a]) == 1
+    changed = dataclasses.replace(a, reason="Underloaded")  # same id, other content
+    with pytest.raises(AssertionError, match="different content"):
+        _assert_nothing_lost_and_repeats_identical([a, b], [changed, b, a])
+    with pytest.raises(AssertionError):
+        _assert_nothing_lost_and_repeats_identical([a, b], [a, a])  # b lost
