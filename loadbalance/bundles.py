@@ -10,6 +10,14 @@ Mirrors Pulsar's ``NamespaceBundleFactory`` / ``NamespaceBundles`` / ``Namespace
 * Bundle names are ``tenant/ns/0xLLLLLLLL_0xUUUUUUUU``; a bundle can be split while
   ``upper - lower > 1``.
 * ``NamespaceBundles.initial(n)`` reproduces ``NamespaceBundleFactory.getPartitions``.
+* Namespaces are ``tenant/ns``, plus the two three-part (v1, ``tenant/cluster/ns``) namespaces
+  every Pulsar broker owns itself, so that a real broker's report parses: the heartbeat namespace
+  ``pulsar/<cluster>/<host:port>`` and the SLA-monitor namespace
+  ``sla-monitor/<cluster>/<host:port>`` (``NamespaceService.HEARTBEAT_NAMESPACE_PATTERN`` and
+  ``SLA_NAMESPACE_PATTERN``). The v2 heartbeat ``pulsar/<host:port>`` is an ordinary two-part
+  name. Other v1 namespaces stay refused: nothing else here knows a cluster level.
+  ``is_system_service_namespace`` names these and ``pulsar/system``
+  (``NamespaceService.isSystemServiceNamespace``): policies never move, split or merge them.
 
 Deviation: Pulsar never merges bundles; ``merge`` exists here for cold adjacent bundles and is
 used only when ``loadBalancerMergeEnabled`` is on.
@@ -33,6 +41,39 @@ RING_SIZE = 1 << 32
 # \Z, not $: "$" also matches before a trailing newline, which would let "ns/0x.._0x..\n" in.
 _RANGE_RE = re.compile(r"^0x([0-9a-fA-F]{8})_0x([0-9a-fA-F]{8})\Z")
 _NAMESPACE_PART_RE = re.compile(r"^[A-Za-z0-9_.=:\-]+\Z")
+# Pulsar's patterns, matched on the whole name as Java's ``Matcher.matches`` does.
+SYSTEM_NAMESPACE = "pulsar/system"
+HEARTBEAT_NAMESPACE_RE = re.compile(r"pulsar/[^/]+/([^:]+:\d+)\Z")
+HEARTBEAT_NAMESPACE_V2_RE = re.compile(r"pulsar/([^:]+:\d+)\Z")
+SLA_NAMESPACE_RE = re.compile(r"sla-monitor/[^/]+/([^:]+:\d+)\Z")
+
+
+def is_system_service_namespace(namespace: str) -> bool:
+    """``NamespaceService.isSystemServiceNamespace``: heartbeat (v1, v2), SLA monitor,
+    ``pulsar/system``. Their bundles belong to one broker by design; no policy moves them."""
+    return (
+        namespace == SYSTEM_NAMESPACE
+        or HEARTBEAT_NAMESPACE_RE.match(namespace) is not None
+        or HEARTBEAT_NAMESPACE_V2_RE.match(namespace) is not None
+        or SLA_NAMESPACE_RE.match(namespace) is not None
+    )
+
+
+def is_system_service_bundle(name: str) -> bool:
+    """Whether a bundle name lies in a system service namespace (cheap prefix test first)."""
+    if not name.startswith(("pulsar/", "sla-monitor/")):
+        return False
+    return is_system_service_namespace(name.rpartition("/")[0])
+
+
+def _is_v1_system_namespace(parts: Sequence[str]) -> bool:
+    """A three-part name Pulsar creates itself: heartbeat v1 or SLA monitor."""
+    if len(parts) != 3 or not all(_NAMESPACE_PART_RE.match(p) for p in parts):
+        return False
+    name = "/".join(parts)
+    return HEARTBEAT_NAMESPACE_RE.match(name) is not None or (
+        SLA_NAMESPACE_RE.match(name) is not None
+    )
 
 
 def topic_hash(topic: str) -> int:
@@ -67,8 +108,10 @@ def topic_namespace(topic: str) -> str:
 
 
 def validate_namespace(namespace: str) -> str:
-    """Check a ``tenant/ns`` name and return it."""
+    """Check a ``tenant/ns`` name (or a v1 heartbeat / SLA-monitor name) and return it."""
     parts = namespace.split("/")
+    if _is_v1_system_namespace(parts):
+        return namespace
     if len(parts) != 2 or not all(_NAMESPACE_PART_RE.match(p) for p in parts):
         raise InvalidBundle("namespace", f"expected 'tenant/namespace', got {namespace!r}")
     return namespace
@@ -102,6 +145,12 @@ class BundleRange:
         return format_range(self.lower, self.upper)
 
     @property
+    def is_system_service(self) -> bool:
+        """In a system service namespace (heartbeat, SLA monitor, ``pulsar/system``): reported
+        and counted like any bundle, but never shed, split or merged (as in Pulsar)."""
+        return is_system_service_namespace(self.namespace)
+
+    @property
     def is_last(self) -> bool:
         return self.upper == FULL_UPPER
 
@@ -121,12 +170,15 @@ def parse_bundle(name: str) -> BundleRange:
     if not isinstance(name, str):
         raise InvalidBundle("bundle", f"expected a string, got {type(name).__name__}")
     parts = name.split("/")
-    if len(parts) != 3:
+    if len(parts) == 4 and _is_v1_system_namespace(parts[:3]):
+        namespace = "/".join(parts[:3])
+    elif len(parts) != 3:
         raise InvalidBundle("bundle", f"expected 'tenant/ns/0xLLLLLLLL_0xUUUUUUUU', got {name!r}")
-    namespace = validate_namespace(f"{parts[0]}/{parts[1]}")
-    match = _RANGE_RE.match(parts[2])
+    else:
+        namespace = validate_namespace(f"{parts[0]}/{parts[1]}")
+    match = _RANGE_RE.match(parts[-1])
     if not match:
-        raise InvalidBundle("bundle", f"range must be 0xLLLLLLLL_0xUUUUUUUU, got {parts[2]!r}")
+        raise InvalidBundle("bundle", f"range must be 0xLLLLLLLL_0xUUUUUUUU, got {parts[-1]!r}")
     lower, upper = int(match.group(1), 16), int(match.group(2), 16)
     if lower >= upper:
         raise InvalidBundle("bundle", f"lower bound is not below upper bound in {name!r}")

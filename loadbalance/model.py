@@ -6,6 +6,17 @@ rates in messages per second, throughputs in bytes per second, ``ResourceUsage``
 absolute ``usage`` against a ``limit`` (CPU in percent of one core times cores, memory in MB,
 bandwidth in KB/s), ``last_update_ms`` in epoch milliseconds. Only what the policies read is
 modelled; the codec ignores other fields of a real broker's report.
+
+Unknown readings: Pulsar starts every resource at ``ResourceUsage(-1, -1)`` and a broker that
+cannot read a NIC (``GenericBrokerHostUsageImpl``) keeps bandwidth there; a missing resource is
+``0 of 0``. A resource with a negative usage or a limit <= 0 is *unknown*: its percentage is 0
+and the max-usage computations leave it out, as ``LocalBrokerData.getMaxResourceUsage*`` do
+(``percentUsage`` is 0 for a limit <= 0, and the within-limit variant skips values <= 0).
+
+``report_type`` says which of Pulsar's three documents the report came from
+(``LocalBrokerData`` of the modular manager, ``LoadReport`` of the simple one, ``BrokerLoadData``
+of the extensible one, which carries no per-bundle data); ``issues`` lists what the codec
+ignored (a broken reading, an unusable bundle entry), so the shell can count and log it.
 """
 
 from __future__ import annotations
@@ -22,9 +33,41 @@ class ResourceUsage:
     usage: float = 0.0
     limit: float = 0.0
 
+    @property
+    def known(self) -> bool:
+        """A usable reading: usage >= 0 against a limit > 0 (Pulsar writes -1 for unknown)."""
+        return self.usage >= 0 and self.limit > 0
+
     def percent_usage(self) -> float:
-        """Usage in percent of the limit; 0 when the limit is unknown (Pulsar does the same)."""
-        return self.usage / self.limit * 100.0 if self.limit > 0 else 0.0
+        """Usage in percent of the limit; 0 when the reading is unknown."""
+        return self.usage / self.limit * 100.0 if self.usage >= 0 and self.limit > 0 else 0.0
+
+
+UNKNOWN_USAGE = ResourceUsage(-1.0, -1.0)
+"""Pulsar's initial value of every resource, and what a broken reading is replaced by."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportIssue:
+    """Something the codec ignored in an otherwise valid report (counted, logged, not fatal).
+
+    ``kind`` is one of ``ISSUE_KINDS``; ``field`` is the JSON path; ``reason`` says why.
+    """
+
+    kind: str
+    field: str
+    reason: str
+
+
+READING_IGNORED = "reading_ignored"
+BUNDLE_SKIPPED = "bundle_skipped"
+NO_BUNDLE_DATA = "no_bundle_data"
+ISSUE_KINDS = (READING_IGNORED, BUNDLE_SKIPPED, NO_BUNDLE_DATA)
+
+LOCAL_BROKER_DATA = "LocalBrokerData"
+LOAD_REPORT = "LoadReport"
+BROKER_LOAD_DATA = "BrokerLoadData"
+REPORT_TYPES = (LOCAL_BROKER_DATA, LOAD_REPORT, BROKER_LOAD_DATA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +122,24 @@ class LocalBrokerData:
     web_service_url: str = ""
     pulsar_service_url: str = ""
     broker_version: str = ""
+    report_type: str = LOCAL_BROKER_DATA
+    issues: tuple[ReportIssue, ...] = ()
+    issue_counts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def has_bundle_data(self) -> bool:
+        """False for the extensible manager's ``BrokerLoadData``: it names no bundles, so
+        bundle-level policies (shedding, splitting) cannot act on this broker."""
+        return self.report_type != BROKER_LOAD_DATA
+
+    def _percents(self) -> tuple[float, float, float, float, float]:
+        return (
+            self.cpu.percent_usage(),
+            self.memory.percent_usage(),
+            self.direct_memory.percent_usage(),
+            self.bandwidth_in.percent_usage(),
+            self.bandwidth_out.percent_usage(),
+        )
 
     @property
     def msg_rate(self) -> float:
@@ -89,17 +150,9 @@ class LocalBrokerData:
         return self.msg_throughput_in + self.msg_throughput_out
 
     def max_resource_usage(self) -> float:
-        """``getMaxResourceUsage``: the largest unweighted percentage, as a fraction."""
-        return (
-            max(
-                self.cpu.percent_usage(),
-                self.memory.percent_usage(),
-                self.direct_memory.percent_usage(),
-                self.bandwidth_in.percent_usage(),
-                self.bandwidth_out.percent_usage(),
-            )
-            / 100.0
-        )
+        """``getMaxResourceUsage``: the largest unweighted percentage, as a fraction (unknown
+        readings count as 0 %, as Pulsar's ``percentUsage`` makes them)."""
+        return max(self._percents()) / 100.0
 
     def max_resource_usage_with_weight(
         self,
@@ -110,16 +163,14 @@ class LocalBrokerData:
         bandwidth_out_weight: float,
     ) -> float:
         """``getMaxResourceUsageWithWeight``: the largest weighted percentage, as a fraction."""
-        return (
-            max(
-                self.cpu.percent_usage() * cpu_weight,
-                self.memory.percent_usage() * memory_weight,
-                self.direct_memory.percent_usage() * direct_memory_weight,
-                self.bandwidth_in.percent_usage() * bandwidth_in_weight,
-                self.bandwidth_out.percent_usage() * bandwidth_out_weight,
-            )
-            / 100.0
+        weights = (
+            cpu_weight,
+            memory_weight,
+            direct_memory_weight,
+            bandwidth_in_weight,
+            bandwidth_out_weight,
         )
+        return max(p * w for p, w in zip(self._percents(), weights, strict=True)) / 100.0
 
     def max_resource_usage_with_weight_capped(
         self,
@@ -129,17 +180,20 @@ class LocalBrokerData:
         bandwidth_in_weight: float,
         bandwidth_out_weight: float,
     ) -> float:
-        """ThresholdShedder's reading: if the weighted max passes 100 %, ignore the signals
-        above 100 % (Pulsar treats them as measurement errors) and take the max of the rest."""
-        pairs = (
-            (self.cpu.percent_usage(), cpu_weight),
-            (self.memory.percent_usage(), memory_weight),
-            (self.direct_memory.percent_usage(), direct_memory_weight),
-            (self.bandwidth_in.percent_usage(), bandwidth_in_weight),
-            (self.bandwidth_out.percent_usage(), bandwidth_out_weight),
+        """``getMaxResourceUsageWithWeightWithinLimit`` (ThresholdShedder's reading): the
+        largest weighted percentage of at most 100 %, as a fraction. A signal above 100 % is a
+        measurement error to Pulsar (its ``ThresholdShedderTest`` feeds memory 5000 of 100)
+        and is left out; the broker's other readings still count."""
+        weights = (
+            cpu_weight,
+            memory_weight,
+            direct_memory_weight,
+            bandwidth_in_weight,
+            bandwidth_out_weight,
         )
-        best = max(p * w for p, w in pairs) / 100.0
-        if best <= 1.0:
-            return best
-        rest = [p * w for p, w in pairs if p <= 100.0]
-        return (max(rest) if rest else 0.0) / 100.0
+        best = 0.0
+        for p, w in zip(self._percents(), weights, strict=True):
+            d = p * w
+            if best < d <= 100.0:
+                best = d
+        return best / 100.0

@@ -1,31 +1,68 @@
-"""Decode Pulsar ``LocalBrokerData`` JSON load reports, with validation.
+"""Decode Pulsar load reports of all three load managers, with validation.
 
-Field names are Pulsar's (as written under ``/loadbalance/brokers/<broker>`` and printed by
-``pulsar-admin broker-stats load-report``); unknown fields are ignored so a real broker's report
-is accepted as it is. Every rejection raises ``InvalidReport`` whose ``field`` names the JSON path
-and whose ``reason`` says what is wrong; the size limit is checked before parsing. ``encode_report``
-writes the same format, for the agent and the simulator.
+Field names are Pulsar's (as written under ``/loadbalance/brokers/<broker>``, printed by
+``pulsar-admin broker-stats load-report`` or published on the extensible manager's
+``loadbalancer-broker-load-data`` topic); unknown fields are ignored so a real broker's report is
+accepted as it is. Three documents are read (``report_type_of`` tells them apart):
 
-Hostile input (issue 6) is answered here, once, for the job and the tools alike: numbers must be
-finite, non-negative and below ``MAX_NUMBER`` (so sums and averages downstream stay finite), a
-usage above ``MAX_USAGE_OVER_LIMIT`` times its limit is a broken sensor, bundle names must lie
-inside the ring and must not overlap within one report (a broker cannot own both a bundle and a
-piece of it), strings must be valid Unicode (a lone surrogate escape would break Arrow and
-Kafka encoders later), and an error's ``field`` and ``reason`` are cut to ``MAX_REASON_CHARS`` so
-that a dead letter built from them stays small whatever the record held.
+* ``LocalBrokerData`` (modular manager, the default): resources, rates, ``bundles`` and
+  ``lastStats`` as they are.
+* ``LoadReport`` (simple manager, ``"loadReportType": "LoadReport"``): resources from
+  ``systemResourceUsage`` (else the top-level copies Jackson also writes), bundle stats from
+  ``bundleStats``, the broker totals summed from them as ``LoadReport``'s getters do (its
+  ``msgThroughputIn`` getter returns the msg *rate*, so the written field is not used),
+  ``timestamp`` as the update time.
+* ``BrokerLoadData`` (extensible manager): resources and rates, ``bundleCount``, ``topics``,
+  ``updatedAt``. It names no bundles, so the report carries a ``no_bundle_data`` issue: bundle-
+  level policies cannot act on that broker.
+
+What is refused, what is ignored. The document as a whole must be sound: size limit (checked
+before parsing), strict UTF-8 and valid Unicode, a JSON object, a usable broker id, top-level
+totals finite, non-negative and below ``MAX_NUMBER`` (so sums downstream stay finite),
+``lastStats``/``bundles`` of the right container types and sizes, and no two bundles of a
+namespace overlapping (a broker cannot own both a bundle and a piece of it). Everything smaller
+is judged per item and never sinks the rest of a report; each such item becomes a ``ReportIssue``
+on the result, for the shell to count and log:
+
+* a resource with a negative usage or a limit <= 0 is *unknown* (Pulsar's ``-1``): kept as
+  given, left out of the max-usage computation, not an issue;
+* a resource that is not an object, holds a non-number, a non-finite or huge value, or reads
+  more than ``MAX_USAGE_OVER_LIMIT`` times its limit (a broken sensor, not an overload) is
+  replaced by ``UNKNOWN_USAGE`` (``reading_ignored``);
+* a bundle name that is not a valid bundle is skipped (``bundle_skipped``); a bundle whose stats
+  are unusable keeps its place in ``bundles`` but loses its stats (``reading_ignored``).
+
+At most ``MAX_LISTED_ISSUES`` issues are kept (``issue_counts`` has all of them by kind). Every
+rejection raises ``InvalidReport`` whose ``field`` names the JSON path and whose ``reason`` says
+what is wrong, both cut to ``MAX_REASON_CHARS`` so a dead letter built from them stays small.
+``encode_report`` writes ``LocalBrokerData``, for the agent and the simulator.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from loadbalance.bundles import BundleRange, parse_bundle
 from loadbalance.errors import InvalidInput, InvalidReport
-from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+from loadbalance.model import (
+    BROKER_LOAD_DATA,
+    BUNDLE_SKIPPED,
+    LOAD_REPORT,
+    LOCAL_BROKER_DATA,
+    NO_BUNDLE_DATA,
+    READING_IGNORED,
+    REPORT_TYPES,
+    UNKNOWN_USAGE,
+    LocalBrokerData,
+    NamespaceBundleStats,
+    ReportIssue,
+    ResourceUsage,
+)
 
 DEFAULT_MAX_REPORT_BYTES = 1024 * 1024
 MAX_BUNDLES_PER_REPORT = 100_000
@@ -36,6 +73,7 @@ MAX_USAGE_OVER_LIMIT = 10.0
 # and the cap keeps sums of up to MAX_BUNDLES_PER_REPORT values finite.
 MAX_NUMBER = float(2**53)
 MAX_REASON_CHARS = 300
+MAX_LISTED_ISSUES = 20
 
 _RESOURCES = (
     ("cpu", "cpu"),
@@ -56,6 +94,7 @@ _COUNTS = (
     ("numConsumers", "num_consumers"),
     ("numProducers", "num_producers"),
 )
+_BROKER_LOAD_DATA_COUNTS = (("topics", "num_topics"), ("bundleCount", "num_bundles"))
 _STATS_RATES = (
     ("msgRateIn", "msg_rate_in"),
     ("msgRateOut", "msg_rate_out"),
@@ -67,9 +106,11 @@ _STATS_COUNTS = (
     ("consumerCount", "consumer_count"),
     ("producerCount", "producer_count"),
 )
+# Fields only the extensible manager's BrokerLoadData writes (it has no loadReportType).
+_BROKER_LOAD_DATA_FIELDS = ("bundleCount", "weightedMaxEMA", "msgThroughputEMA", "reportedAt")
 
 
-def _number(value: Any, path: str) -> float:
+def _number(value: Any, path: str, *, signed: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidReport(path, f"must be a number, got {type(value).__name__}")
     try:
@@ -78,9 +119,9 @@ def _number(value: Any, path: str) -> float:
         raise InvalidReport(path, "number out of range") from None
     if not math.isfinite(v):
         raise InvalidReport(path, "must be a finite number")
-    if v < 0:
+    if v < 0 and not signed:
         raise InvalidReport(path, f"must not be negative, got {v:g}")
-    if v > MAX_NUMBER:
+    if abs(v) > MAX_NUMBER:
         raise InvalidReport(path, f"implausibly large: {v:g} is above 2^53")
     return v
 
@@ -93,14 +134,17 @@ def _count(value: Any, path: str) -> int:
 
 
 def _resource(doc: Any, path: str) -> ResourceUsage:
+    """One reading; raises ``InvalidReport`` for a broken one (the caller ignores it).
+
+    A negative usage or a limit <= 0 is Pulsar's "unknown" and comes back as given."""
     if not isinstance(doc, dict):
         raise InvalidReport(
             path, f"must be an object with usage and limit, got {type(doc).__name__}"
         )
     if "usage" in doc and "limit" not in doc:
         raise InvalidReport(f"{path}.limit", "usage given without limit")
-    usage = _number(doc.get("usage", 0.0), f"{path}.usage")
-    limit = _number(doc.get("limit", 0.0), f"{path}.limit")
+    usage = _number(doc.get("usage", 0.0), f"{path}.usage", signed=True)
+    limit = _number(doc.get("limit", 0.0), f"{path}.limit", signed=True)
     if limit > 0 and usage > limit * MAX_USAGE_OVER_LIMIT:
         raise InvalidReport(
             f"{path}.usage", f"{usage:g} is more than {MAX_USAGE_OVER_LIMIT:g}x its limit {limit:g}"
@@ -200,46 +244,167 @@ def report_from_document(doc: dict[str, Any], broker_id: str | None = None) -> L
         raise InvalidReport(_cap(e.field), _cap(e.reason)) from None
 
 
-def report_from_dict(doc: Mapping[str, Any], broker_id: str | None = None) -> LocalBrokerData:
-    """Validate an already-parsed report document."""
-    web = _text(doc.get("webServiceUrl") or "", "webServiceUrl")
+def report_type_of(doc: Mapping[str, Any]) -> str:
+    """Which of Pulsar's documents ``doc`` is: ``loadReportType`` when it names one (Pulsar's
+    ``LoadReportDeserializer`` reads that field), else by shape (``systemResourceUsage`` or
+    ``bundleStats`` without ``lastStats``: ``LoadReport``; ``bundleCount`` and kin without
+    ``lastStats``/``bundles``: ``BrokerLoadData``), else ``LocalBrokerData``."""
+    declared = doc.get("loadReportType")
+    if declared == LOAD_REPORT:
+        return LOAD_REPORT
+    if declared == LOCAL_BROKER_DATA:
+        return LOCAL_BROKER_DATA
+    if "lastStats" in doc or "bundles" in doc:
+        return LOCAL_BROKER_DATA
+    if "systemResourceUsage" in doc or "bundleStats" in doc:
+        return LOAD_REPORT
+    if any(k in doc for k in _BROKER_LOAD_DATA_FIELDS):
+        return BROKER_LOAD_DATA
+    return LOCAL_BROKER_DATA
+
+
+class _Issues:
+    """Collects what a decode ignored: the first few in full, all of them by kind."""
+
+    def __init__(self) -> None:
+        self.listed: list[ReportIssue] = []
+        self.counts: Counter[str] = Counter()
+
+    def add(self, kind: str, field: str, reason: str) -> None:
+        self.counts[kind] += 1
+        if len(self.listed) < MAX_LISTED_ISSUES:
+            self.listed.append(ReportIssue(kind, _cap(field), _cap(reason)))
+
+
+def _resources(source: Mapping[str, Any], prefix: str, issues: _Issues) -> dict[str, ResourceUsage]:
+    kw: dict[str, ResourceUsage] = {}
+    for key, attr in _RESOURCES:
+        value = source.get(key)
+        if value is None:
+            continue
+        try:
+            kw[attr] = _resource(value, prefix + key)
+        except InvalidReport as e:
+            issues.add(READING_IGNORED, e.field, e.reason)
+            kw[attr] = UNKNOWN_USAGE
+    return kw
+
+
+def _bundle_stats(
+    raw_stats: Any, path: str, issues: _Issues
+) -> tuple[dict[str, NamespaceBundleStats], set[BundleRange], set[str]]:
+    """Stats by canonical name, the ranges of all usable names, and the usable names."""
+    if not raw_stats:  # null, [] and other empty values: no stats
+        raw_stats = {}
+    if not isinstance(raw_stats, dict):
+        raise InvalidReport(path, "must be an object of bundle -> stats")
+    if len(raw_stats) > MAX_BUNDLES_PER_REPORT:
+        raise InvalidReport(path, f"more than {MAX_BUNDLES_PER_REPORT} bundles")
+    ranges: set[BundleRange] = set()
+    names: set[str] = set()
+    stats: dict[str, NamespaceBundleStats] = {}
+    for name, s in raw_stats.items():
+        where = f"{path}[{name!r}]"
+        try:
+            r = _bundle(name, where)
+        except InvalidReport as e:
+            issues.add(BUNDLE_SKIPPED, e.field, e.reason)
+            continue
+        ranges.add(r)
+        names.add(r.name)
+        try:
+            stats[r.name] = _stats(s, where)
+        except InvalidReport as e:
+            issues.add(READING_IGNORED, e.field, e.reason)
+    return stats, ranges, names
+
+
+def _broker_id(doc: Mapping[str, Any], broker_id: str | None, web: str) -> str:
     broker = broker_id or (_broker_from_url(web) if web else "")
+    if not broker:
+        name = doc.get("name")  # LoadReport's broker name (host:port)
+        broker = _text(name, "name") if isinstance(name, str) else ""
     if not broker:
         raise InvalidReport("key", "no broker id: the record has no key and no webServiceUrl")
     if len(broker) > MAX_BROKER_ID_CHARS or not broker.isprintable() or broker != broker.strip():
         raise InvalidReport("key", "broker id must be printable, trimmed, at most 256 characters")
+    return broker
+
+
+def report_from_dict(
+    doc: Mapping[str, Any], broker_id: str | None = None, *, report_type: str | None = None
+) -> LocalBrokerData:
+    """Validate an already-parsed report document of any of the three load managers.
+
+    ``report_type`` forces the document kind (default: ``report_type_of(doc)``)."""
+    kind = report_type or report_type_of(doc)
+    web = _text(doc.get("webServiceUrl") or "", "webServiceUrl")
+    broker = _broker_id(doc, broker_id, web)
+    issues = _Issues()
     kw: dict[str, Any] = {}
-    for key, attr in _RESOURCES:
-        if key in doc and doc[key] is not None:
-            kw[attr] = _resource(doc[key], key)
-    for key, attr in _RATES:
-        kw[attr] = _number(doc.get(key, 0.0), key)
-    for key, attr in _COUNTS:
-        kw[attr] = _count(doc.get(key, 0), key)
-    raw_stats = doc.get("lastStats") or {}
-    if not isinstance(raw_stats, dict):
-        raise InvalidReport("lastStats", "must be an object of bundle -> stats")
-    if len(raw_stats) > MAX_BUNDLES_PER_REPORT:
-        raise InvalidReport("lastStats", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
-    ranges: set[BundleRange] = set()
-    stats: dict[str, NamespaceBundleStats] = {}
-    for name, s in raw_stats.items():
-        r = _bundle(name, f"lastStats[{name!r}]")
-        ranges.add(r)
-        stats[r.name] = _stats(s, f"lastStats[{name!r}]")
-    raw_bundles = doc.get("bundles")
-    if raw_bundles is None:
-        bundles = frozenset(stats)
+    if kind == LOAD_REPORT:
+        system = doc.get("systemResourceUsage")
+        if system is not None and not isinstance(system, dict):
+            issues.add(READING_IGNORED, "systemResourceUsage", "must be an object")
+            system = None
+        kw.update(_resources(doc if system is None else system, "" if system is None
+                             else "systemResourceUsage.", issues))  # fmt: skip
+        stats, ranges, listed = _bundle_stats(doc.get("bundleStats"), "bundleStats", issues)
+        s = list(stats.values())
+        kw.update(
+            msg_rate_in=math.fsum(x.msg_rate_in for x in s),
+            msg_rate_out=math.fsum(x.msg_rate_out for x in s),
+            msg_throughput_in=math.fsum(x.msg_throughput_in for x in s),
+            msg_throughput_out=math.fsum(x.msg_throughput_out for x in s),
+            num_topics=sum(x.topics for x in s),
+            num_bundles=len(listed),
+            num_consumers=sum(x.consumer_count for x in s),
+            num_producers=sum(x.producer_count for x in s),
+        )
+        bundles = frozenset(listed)
+        update_key = "timestamp" if "timestamp" in doc else "lastUpdate"
+    elif kind == BROKER_LOAD_DATA:
+        kw.update(_resources(doc, "", issues))
+        for key, attr in _RATES:
+            kw[attr] = _number(doc.get(key, 0.0), key)
+        for key, attr in _BROKER_LOAD_DATA_COUNTS:
+            kw[attr] = _count(doc.get(key, 0), key)
+        stats, ranges, bundles = {}, set(), frozenset()
+        issues.add(
+            NO_BUNDLE_DATA,
+            "record",
+            "BrokerLoadData (extensible load manager) names no bundles: bundle-level policies "
+            "cannot act on this broker",
+        )
+        update_key = "updatedAt" if "updatedAt" in doc else "reportedAt"
     else:
-        if not isinstance(raw_bundles, list):
-            raise InvalidReport("bundles", "must be a list of bundle names")
-        if len(raw_bundles) > MAX_BUNDLES_PER_REPORT:
-            raise InvalidReport("bundles", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
-        listed = {_bundle(b, f"bundles[{i}]") for i, b in enumerate(raw_bundles)}
-        ranges |= listed
-        bundles = frozenset(r.name for r in listed) | frozenset(stats)
+        kw.update(_resources(doc, "", issues))
+        for key, attr in _RATES:
+            kw[attr] = _number(doc.get(key, 0.0), key)
+        for key, attr in _COUNTS:
+            kw[attr] = _count(doc.get(key, 0), key)
+        stats, ranges, listed = _bundle_stats(doc.get("lastStats"), "lastStats", issues)
+        raw_bundles = doc.get("bundles")
+        if raw_bundles is not None:
+            if not isinstance(raw_bundles, list):
+                raise InvalidReport("bundles", "must be a list of bundle names")
+            if len(raw_bundles) > MAX_BUNDLES_PER_REPORT:
+                raise InvalidReport("bundles", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
+            for i, b in enumerate(raw_bundles):
+                try:
+                    r = _bundle(b, f"bundles[{i}]")
+                except InvalidReport as e:
+                    issues.add(BUNDLE_SKIPPED, e.field, e.reason)
+                    continue
+                ranges.add(r)
+                listed.add(r.name)
+        bundles = frozenset(listed)
+        update_key = "lastUpdate"
+        source = doc.get("sourceReportType")  # written by report_to_dict for a re-read
+        if source in REPORT_TYPES:
+            kind = source
     _check_no_overlap(ranges)
-    last_update = _count(doc.get("lastUpdate", 0), "lastUpdate")
+    last_update = _count(doc.get(update_key, 0), update_key)
     version = _text(doc.get("brokerVersionString") or "", "brokerVersionString")
     pulsar_url = _text(doc.get("pulsarServiceUrl") or "", "pulsarServiceUrl")
     return LocalBrokerData(
@@ -250,6 +415,9 @@ def report_from_dict(doc: Mapping[str, Any], broker_id: str | None = None) -> Lo
         web_service_url=web,
         pulsar_service_url=pulsar_url,
         broker_version=version,
+        report_type=kind,
+        issues=tuple(issues.listed),
+        issue_counts=tuple(sorted(issues.counts.items())),
         **kw,
     )
 
@@ -259,7 +427,8 @@ def _resource_doc(r: ResourceUsage) -> dict[str, float]:
 
 
 def report_to_dict(r: LocalBrokerData) -> dict[str, Any]:
-    """The report as Pulsar writes it (``LocalBrokerData`` JSON field names)."""
+    """The report as Pulsar writes it (``LocalBrokerData`` JSON field names), whatever document
+    it was read from; ``sourceReportType`` keeps that document's kind across a re-read."""
     return {
         "webServiceUrl": r.web_service_url,
         "pulsarServiceUrl": r.pulsar_service_url,
@@ -291,8 +460,8 @@ def report_to_dict(r: LocalBrokerData) -> dict[str, Any]:
         },
         "lastUpdate": r.last_update_ms,
         "brokerVersionString": r.broker_version,
-        "loadReportType": "LocalBrokerData",
-    }
+        "loadReportType": LOCAL_BROKER_DATA,
+    } | ({"sourceReportType": r.report_type} if r.report_type != LOCAL_BROKER_DATA else {})
 
 
 def encode_report(r: LocalBrokerData) -> bytes:

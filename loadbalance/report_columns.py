@@ -8,12 +8,16 @@ same rules on whole columns with one regular-expression pass and a few NumPy ope
 for that report, ``json.loads`` included), and hands the parse stage the arrays it needs.
 
 The codec stays the single definition of a valid report. The fast path here accepts only the
-common case, each of whose rules is a plain restatement of the codec's: every bundle name (the
-``lastStats`` keys and the ``bundles`` entries) already in canonical form
-(``parse_bundle(n).name == n``), lower bound below upper, no two ranges of a namespace
-overlapping, every stats value an object whose fields are absent or an ``int``/``float`` (never a
-``bool``) that is finite, non-negative, at most 2^53 and, for counts, whole; the rest of the
-report (everything but ``lastStats`` and ``bundles``) goes through ``report_from_dict`` itself.
+common case, each of whose rules is a plain restatement of the codec's: a ``LocalBrokerData``
+document (``report_type_of``; the simple and extensible managers' documents take the codec),
+every bundle name (the ``lastStats`` keys and the ``bundles`` entries) already in canonical form
+(``parse_bundle(n).name == n``: ``tenant/ns``, or a v1 heartbeat / SLA-monitor namespace),
+lower bound below upper, no two ranges of a namespace overlapping, every stats value an object
+whose fields are absent or an ``int``/``float`` (never a ``bool``) that is finite, non-negative,
+at most 2^53 and, for counts, whole; the rest of the report (everything but ``lastStats`` and
+``bundles``) goes through ``report_from_dict`` itself. A report with a bundle entry the codec
+would skip or a stats entry it would ignore is therefore off the fast path, and the codec's
+result, issues included, is the answer.
 On any doubt, a failed check, an unusual type or any exception, the already parsed document goes
 through the codec (``report_from_document``) and is converted with ``columns_from_report``, so
 every rejection is the codec's own ``InvalidReport`` and nothing the codec refuses is accepted.
@@ -32,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from loadbalance.model import LocalBrokerData
+from loadbalance.model import LOCAL_BROKER_DATA, LocalBrokerData
 from loadbalance.report_codec import (
     DEFAULT_MAX_REPORT_BYTES,
     MAX_BUNDLES_PER_REPORT,
@@ -40,6 +44,7 @@ from loadbalance.report_codec import (
     load_report_document,
     report_from_dict,
     report_from_document,
+    report_type_of,
 )
 
 # Stats fields in column order: STAT_COLUMNS of ``streaming.shard_state`` (the argument order of
@@ -49,9 +54,13 @@ COUNT_FIELDS = ("topics", "consumerCount", "producerCount")
 
 # One canonical bundle name per line, each line ending in "\n". The character class is
 # ``bundles._NAMESPACE_PART_RE``'s (printable ASCII, no "/" and no newline); the range is
-# lowercase, as ``format_range`` prints it, so a matching name is its own canonical name.
+# lowercase, as ``format_range`` prints it, so a matching name is its own canonical name. The
+# three-part namespaces are ``bundles``' v1 heartbeat and SLA-monitor patterns restricted to
+# that class (``[^:]+:\d+`` becomes host-without-colon ":" digits).
 _PART = r"[A-Za-z0-9_.=:\-]+"
-_CANONICAL_LINES = re.compile(rf"(?:{_PART}/{_PART}/0x[0-9a-f]{{8}}_0x[0-9a-f]{{8}}\n)*")
+_HOST_PORT = r"[A-Za-z0-9_.=\-]+:[0-9]+"
+_NAMESPACE = rf"(?:{_PART}/{_PART}|pulsar/{_PART}/{_HOST_PORT}|sla-monitor/{_PART}/{_HOST_PORT})"
+_CANONICAL_LINES = re.compile(rf"(?:{_NAMESPACE}/0x[0-9a-f]{{8}}_0x[0-9a-f]{{8}}\n)*")
 # "ns/0xLLLLLLLL_0xUUUUUUUU\n": offsets from the newline of the hex digits of each bound.
 _LOWER_AT = np.arange(-19, -11)
 _UPPER_AT = np.arange(-8, 0)
@@ -133,6 +142,8 @@ def decode_report_columns(
 
 def _fast_columns(doc: dict[str, Any], broker_id: str | None) -> ReportColumns | None:
     """The common case's columns, or ``None`` when the codec must look at the document."""
+    if report_type_of(doc) != LOCAL_BROKER_DATA:
+        return None
     raw_stats = doc.get("lastStats")
     if raw_stats is None:
         raw_stats = {}
@@ -157,7 +168,8 @@ def _fast_columns(doc: dict[str, Any], broker_id: str | None) -> ReportColumns |
     head_doc = dict(doc)
     head_doc.pop("lastStats", None)
     head_doc.pop("bundles", None)
-    head = report_from_dict(head_doc, broker_id)  # raises on a bad head: the codec decides
+    # raises on a bad head: the codec decides
+    head = report_from_dict(head_doc, broker_id, report_type=LOCAL_BROKER_DATA)
     head = dataclasses.replace(head, bundles=frozenset(every))
     return ReportColumns(head, names, values, counts)
 

@@ -15,7 +15,10 @@ balancing either). The size limit (``maxReportBytes``) is checked before anythin
 
 A good report becomes one ``report`` row for its broker's key and one ``samples`` row per shard
 its bundles fall into (``streaming.schema``); the executors get only the picklable
-``ParseSettings``, never a client.
+``ParseSettings``, never a client. What the codec ignored in an accepted report (a broken
+reading, an unusable bundle entry, a ``BrokerLoadData`` without bundles) rides along in the
+report row's document as ``reportIssues`` (kind -> count) for the driver to count, and is
+logged as a warning the first time a broker shows that kind of issue in this worker.
 
 A dead letter is JSON: the raw value as base64 (cut to ``DEAD_LETTER_MAX_VALUE_BYTES`` so an
 oversized record still fits in a Kafka message, with ``valueTruncated`` and ``valueBytes`` saying
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +53,11 @@ from streaming.schema import (
 )
 from streaming.shard_state import pack_samples, shard_of
 
+log = logging.getLogger("streaming.parse")
+
 DEAD_LETTER_VERSION = 1
+_WARNED_MAX = 10_000
+_warned: set[tuple[str, str]] = set()
 DEAD_LETTER_MAX_VALUE_BYTES = 64 * 1024
 DEAD_LETTER_MAX_KEY_BYTES = 1024
 """At most this much of a rejected record's key is kept (a hostile key can be megabytes)."""
@@ -118,6 +126,9 @@ def report_rows(
     broker = head.broker
     doc = report_to_dict(head)  # the head's last_stats is empty, and not part of the row
     del doc["lastStats"]
+    if head.issue_counts:
+        doc["reportIssues"] = dict(head.issue_counts)
+        _warn_issues(head)
     rows: list[tuple[Any, ...]] = [
         (
             BROKER_PREFIX + broker,
@@ -154,6 +165,25 @@ def report_rows(
             )
         )
     return rows
+
+
+def _warn_issues(head: Any) -> None:
+    """One warning per broker and kind of issue in this worker (a broker repeats its fault in
+    every report; the counts in the row carry every occurrence)."""
+    for issue in head.issues:
+        if (head.broker, issue.kind) in _warned:
+            continue
+        if len(_warned) < _WARNED_MAX:
+            _warned.add((head.broker, issue.kind))
+        total = dict(head.issue_counts).get(issue.kind, 1)
+        log.warning(
+            "report of %s: %s (%d in this report): %s: %s",
+            head.broker,
+            issue.kind,
+            total,
+            issue.field,
+            issue.reason,
+        )
 
 
 def parse_record(

@@ -9,13 +9,21 @@ result the codecs must refuse; ``bad`` says which outcome the case expects. Gene
 any failing case reproducible from its seed and index.
 
 Classes (both streams unless noted): ``valid``, ``wrong_type``, ``non_finite`` (NaN, +-Infinity,
-integers beyond the float range), ``negative``, ``usage_over_limit`` (reports), ``outside_ring``
-(bundle names or boundaries outside the 32-bit ring), ``overlap`` (overlapping bundles in a
-report; merges of non-adjacent bundles and split points outside the bundle in a decision),
+integers beyond the float range), ``negative`` (in reports: of the broker totals, which are
+structural), ``outside_ring`` (decisions: boundaries outside the 32-bit ring), ``overlap``
+(overlapping bundles in a report; merges of non-adjacent bundles and split points outside the
+bundle in a decision),
 ``gigantic`` (maps and lists past the size or count limits), ``deep_nesting``, ``invalid_utf8``
 (raw bytes and lone surrogate escapes), ``not_json`` (truncated, empty, tombstone, wrong top
 level), ``bad_key`` (reports: record keys that are not a usable broker id) and ``missing``
 (decisions: required parts absent or contradictory).
+
+Reports also have ``TOLERATED_REPORT_CLASSES``: hostile items the codec judges per item, so the
+report is accepted with the item ignored and named in ``LocalBrokerData.issues`` (``bad`` is
+False): ``usage_over_limit`` (a reading over 10x its limit), ``outside_ring`` (bundle names that
+are no bundle), ``broken_reading`` (a resource of the wrong type, non-finite or huge),
+``bad_bundle_stats`` (one bundle's stats unusable) and ``unknown_reading`` (Pulsar's ``-1`` or a
+limit of 0: accepted with no issue at all).
 """
 
 from __future__ import annotations
@@ -34,8 +42,6 @@ REPORT_CLASSES = (
     "wrong_type",
     "non_finite",
     "negative",
-    "usage_over_limit",
-    "outside_ring",
     "overlap",
     "gigantic",
     "deep_nesting",
@@ -43,6 +49,14 @@ REPORT_CLASSES = (
     "not_json",
     "bad_key",
 )
+TOLERATED_REPORT_CLASSES = (
+    "usage_over_limit",
+    "outside_ring",
+    "broken_reading",
+    "bad_bundle_stats",
+    "unknown_reading",
+)
+_RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 DECISION_CLASSES = (
     "valid",
     "wrong_type",
@@ -170,6 +184,7 @@ def valid_report(rng: random.Random, broker: str, max_bundles: int = 12) -> dict
 
 
 def _numeric_paths(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The broker totals: a bad value here refuses the whole report."""
     paths: list[tuple[Any, ...]] = [
         ("msgRateIn",),
         ("msgRateOut",),
@@ -181,8 +196,12 @@ def _numeric_paths(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
         ("numProducers",),
         ("lastUpdate",),
     ]
-    for res in ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut"):
-        paths += [(res, "usage"), (res, "limit")]
+    return paths
+
+
+def _stats_paths(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """One bundle's stats: a bad value here drops that bundle's stats only."""
+    paths: list[tuple[Any, ...]] = []
     for name in doc["lastStats"]:
         for f in ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut", "topics"):
             paths.append(("lastStats", name, f))
@@ -250,8 +269,6 @@ def bad_report(
             return _dumps(doc), key, f"{path} wrong type"
         field, value = rng.choice(
             (
-                ("cpu", "90%"),
-                ("memory", [1, 2]),
                 ("lastStats", [1]),
                 ("lastStats", "all"),
                 ("bundles", "acme/orders/0x00000000_0xffffffff"),
@@ -275,10 +292,41 @@ def bad_report(
         _set(doc, path, -rng.choice((1, 1e-9, rng.uniform(0, 1e9))))
         return _dumps(doc), key, f"{path} negative"
     if cls == "usage_over_limit":
-        res = rng.choice(("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut"))
+        res = rng.choice(_RESOURCES)
         limit = doc[res]["limit"]
         doc[res]["usage"] = limit * rng.uniform(10.01, 1e6)
         return _dumps(doc), key, f"{res} usage over 10x limit"
+    if cls == "broken_reading":
+        res = rng.choice(_RESOURCES)
+        value = rng.choice((*WRONG_TYPES, *NON_FINITE, 1e300, "__NEST__"))
+        if rng.random() < 0.3:
+            doc[res] = rng.choice(("90%", [1, 2], 7, True))
+        else:
+            doc[res][rng.choice(("usage", "limit"))] = value
+        raw = _dumps(doc).replace(b'"__NEST__"', b"[" * 500 + b"1" + b"]" * 500)
+        return raw, key, f"{res} broken"
+    if cls == "unknown_reading":
+        res = rng.choice(_RESOURCES)
+        doc[res] = rng.choice(
+            (
+                {"usage": -1.0, "limit": -1.0},
+                {"usage": -1.0, "limit": 1.25e6},
+                {"usage": rng.uniform(0, 100), "limit": 0.0},
+                {"usage": 5.0, "limit": -1},
+            )
+        )
+        return _dumps(doc), key, f"{res} unknown"
+    if cls == "bad_bundle_stats":
+        if not doc["lastStats"]:
+            _with_bundle(doc, _name("acme/orders", 0, 0x10))
+        paths = _stats_paths(doc)
+        path = rng.choice(paths)
+        value = rng.choice((*WRONG_TYPES, *NON_FINITE, -1, -1e-9, 1e300))
+        if rng.random() < 0.2:
+            _set(doc, path[:2], rng.choice(([], 3, None, "x")))
+        else:
+            _set(doc, path, value)
+        return _dumps(doc), key, f"{path} bad stats"
     if cls == "outside_ring":
         if rng.random() < 0.75:
             name = f"{rng.choice(NAMESPACES)}/{rng.choice(BAD_RANGES)}"
@@ -363,7 +411,7 @@ def report_cases(
     """``n`` cases: a ``valid_share`` of good reports, the rest spread over the bad classes."""
     rng = random.Random(seed)
     giants = _GiantTemplates()
-    bad_classes = REPORT_CLASSES[1:]
+    bad_classes = REPORT_CLASSES[1:] + TOLERATED_REPORT_CLASSES
     for i in range(n):
         if rng.random() < valid_share:
             broker = f"broker-{rng.randint(1, 50)}:8080"
@@ -372,7 +420,7 @@ def report_cases(
             continue
         cls = bad_classes[i % len(bad_classes)]
         value, key, note = bad_report(rng, cls, max_bytes, giants)
-        yield Case(cls, value, key, True, note)
+        yield Case(cls, value, key, cls not in TOLERATED_REPORT_CLASSES, note)
 
 
 # -- decisions -------------------------------------------------------------------------------

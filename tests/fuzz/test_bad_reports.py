@@ -4,8 +4,9 @@
 the executors, so what holds here holds in the job: no exception escapes, every bad record
 becomes exactly one dead-letter row whose reason comes from the codec (an ``internal:`` reason
 would mean our code crashed and was only caught by the last-resort handler), every good record
-still becomes a report row, every string handed to Spark can be encoded by Arrow, and memory
-stays bounded while the whole corpus streams through.
+still becomes a report row, a record whose only faults are per item (a broken reading, an
+unusable bundle entry) becomes a report row that names what was ignored, every string handed to
+Spark can be encoded by Arrow, and memory stays bounded while the whole corpus streams through.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
 from streaming.parse import ParseSettings, parse_record
 from streaming.schema import DEAD, REPORT, SAMPLES
-from tests.fuzz.corpus import REPORT_CLASSES, Case, report_cases
+from tests.fuzz.corpus import REPORT_CLASSES, TOLERATED_REPORT_CLASSES, Case, report_cases
 
 N_CASES = 55_000
 TRACED_CASES = 6_000
@@ -58,6 +59,14 @@ def run_report(case_value: bytes | None, key: bytes | None, offset: int) -> list
 
 def _check_case(i: int, case: Case, dead: Counter[str]) -> None:
     rows = run_report(case.value, case.key, i)
+    if case.cls in TOLERATED_REPORT_CLASSES:
+        assert rows[0][1] == REPORT, (i, case.cls, case.note, rows)
+        issues = json.loads(rows[0][8]).get("reportIssues", {})
+        if case.cls == "unknown_reading":  # Pulsar's own "unknown": not an issue at all
+            assert issues == {}, (i, case.note, issues)
+        else:
+            assert sum(issues.values()) >= 1, (i, case.cls, case.note)
+        return
     if case.bad:
         assert len(rows) == 1 and rows[0][1] == DEAD, (i, case.cls, case.note)
         doc = json.loads(rows[0][8])
@@ -85,15 +94,16 @@ def test_hostile_report_corpus_is_dead_lettered_with_reasons_and_memory_stays_bo
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert set(per_class) == set(REPORT_CLASSES), per_class
+    assert set(per_class) == set(REPORT_CLASSES) | set(TOLERATED_REPORT_CLASSES), per_class
     rss_before = psutil.Process().memory_info().rss
     for i, case in cases:
         per_class[case.cls] += 1
         _check_case(i, case, dead)
     rss_growth = psutil.Process().memory_info().rss - rss_before
     assert sum(per_class.values()) == N_CASES
-    assert all(per_class[c] >= 1_000 for c in REPORT_CLASSES), per_class
-    assert sum(dead.values()) == N_CASES - per_class["valid"]
+    assert all(per_class[c] >= 1_000 for c in per_class), per_class
+    tolerated = sum(per_class[c] for c in TOLERATED_REPORT_CLASSES)
+    assert sum(dead.values()) == N_CASES - per_class["valid"] - tolerated
     assert peak < PEAK_BOUND_BYTES, f"peak {peak / 2**20:.1f} MiB"
     assert rss_growth < RSS_GROWTH_BOUND_BYTES, f"RSS grew {rss_growth / 2**20:.1f} MiB"
 
@@ -103,7 +113,6 @@ def test_each_class_is_refused_for_its_own_reason() -> None:
     expected = {
         "non_finite": ("finite", "out of range"),
         "negative": ("negative",),
-        "usage_over_limit": ("limit",),
         "overlap": ("overlap",),
         "gigantic": ("exceeds the limit",),
         "deep_nesting": ("RecursionError", "must be a number", "must be a"),

@@ -11,8 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadbalance.errors import InvalidReport
-from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
-from loadbalance.report_codec import decode_report, encode_report, report_to_dict
+from loadbalance.model import (
+    BUNDLE_SKIPPED,
+    READING_IGNORED,
+    UNKNOWN_USAGE,
+    LocalBrokerData,
+    NamespaceBundleStats,
+    ResourceUsage,
+)
+from loadbalance.report_codec import (
+    MAX_USAGE_OVER_LIMIT,
+    decode_report,
+    encode_report,
+    report_to_dict,
+)
 
 BUNDLE = "public/default/0x00000000_0x40000000"
 
@@ -99,23 +111,95 @@ def _with(path: list[str], value: object) -> bytes:
         (_with(["msgRateIn"], "fast"), "msgRateIn", "must be a number"),
         (_with(["msgRateIn"], -1), "msgRateIn", "negative"),
         (_with(["msgRateOut"], True), "msgRateOut", "must be a number"),
-        (_with(["cpu"], {"usage": 10.0}), "cpu.limit", "without limit"),
-        (_with(["cpu"], 5), "cpu", "usage and limit"),
-        (_with(["cpu", "usage"], 1e9), "cpu.usage", "its limit"),
         (_with(["numTopics"], 1.5), "numTopics", "whole number"),
-        (_with(["bundles"], ["public/default/0x1_0x2"]), "bundles[0]", "0xLLLLLLLL"),
-        (_with(["bundles"], ["public/default/0x80000000_0x40000000"]), "bundles[0]", "lower"),
         (_with(["bundles"], "x"), "bundles", "list"),
-        (_with(["lastStats"], {"bad-name": {}}), "lastStats['bad-name']", "tenant/ns"),
-        (_with(["lastStats", BUNDLE, "topics"], -3), f"lastStats['{BUNDLE}'].topics", "negative"),
-        (_with(["lastStats", BUNDLE], []), f"lastStats['{BUNDLE}']", "object"),
+        (_with(["lastStats"], "x"), "lastStats", "object"),
+        (
+            _with(["bundles"], [BUNDLE, "public/default/0x20000000_0x60000000"]),
+            "bundles",
+            "overlap",
+        ),
     ],
 )
-def test_bad_reports_name_the_field(raw: bytes, field: str, words: str) -> None:
+def test_structurally_broken_reports_are_refused_naming_the_field(
+    raw: bytes, field: str, words: str
+) -> None:
     with pytest.raises(InvalidReport) as e:
         decode_report(raw, "b1")
     assert e.value.field == field
     assert words in e.value.reason
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "field", "words"),
+    [
+        (_with(["cpu"], {"usage": 10.0}), READING_IGNORED, "cpu.limit", "without limit"),
+        (_with(["cpu"], 5), READING_IGNORED, "cpu", "usage and limit"),
+        (_with(["cpu", "usage"], 1e9), READING_IGNORED, "cpu.usage", "its limit"),
+        (_with(["cpu", "usage"], "90%"), READING_IGNORED, "cpu.usage", "must be a number"),
+        (_with(["bundles"], ["public/default/0x1_0x2"]), BUNDLE_SKIPPED, "bundles[0]", "0xLLL"),
+        (
+            _with(["bundles"], ["public/default/0x80000000_0x40000000"]),
+            BUNDLE_SKIPPED,
+            "bundles[0]",
+            "lower",
+        ),
+        (
+            _with(["lastStats"], {"bad-name": {}, BUNDLE: {"msgRateIn": 1.0}}),
+            BUNDLE_SKIPPED,
+            "lastStats['bad-name']",
+            "tenant/ns",
+        ),
+        (
+            _with(["lastStats", BUNDLE, "topics"], -3),
+            READING_IGNORED,
+            f"lastStats['{BUNDLE}'].topics",
+            "negative",
+        ),
+        (_with(["lastStats", BUNDLE], []), READING_IGNORED, f"lastStats['{BUNDLE}']", "object"),
+    ],
+)
+def test_a_broken_item_is_ignored_and_named_and_the_rest_of_the_report_stands(
+    raw: bytes, kind: str, field: str, words: str
+) -> None:
+    r = decode_report(raw, "b1")
+    (issue,) = r.issues
+    assert (issue.kind, issue.field) == (kind, field)
+    assert words in issue.reason
+    assert dict(r.issue_counts) == {kind: 1}
+    # everything else is read as in the clean report
+    clean = decode_report(json.dumps(REAL_REPORT), "b1")
+    assert r.msg_rate_in == clean.msg_rate_in and r.bandwidth_out == clean.bandwidth_out
+    if field.startswith("cpu"):
+        assert r.cpu == UNKNOWN_USAGE and r.bundles == clean.bundles
+        assert r.max_resource_usage() == pytest.approx(1024.5 / 4096.0)  # memory, not cpu
+    if field.startswith(f"lastStats['{BUNDLE}']"):
+        assert BUNDLE in r.bundles and BUNDLE not in r.last_stats  # owned, stats unusable
+    if field.startswith("bundles"):
+        assert r.bundles == clean.bundles
+
+
+def test_minus_one_is_unknown_and_left_out_of_max_usage() -> None:
+    """Pulsar 2.10 on a host without a NIC reading (GenericBrokerHostUsageImpl) keeps
+    bandwidth at ResourceUsage(-1, -1), its initial value; a limit of 0 is unknown too."""
+    doc = json.loads(json.dumps(REAL_REPORT))
+    doc["bandwidthIn"] = {"usage": -1.0, "limit": -1.0}
+    doc["bandwidthOut"] = {"usage": -1.0, "limit": -1.0}
+    doc["directMemory"] = {"usage": 12.0, "limit": 0.0}
+    r = decode_report(json.dumps(doc), "b1")
+    assert r.issues == () and r.issue_counts == ()
+    assert r.bandwidth_in == ResourceUsage(-1.0, -1.0) and not r.bandwidth_in.known
+    assert not r.direct_memory.known and r.direct_memory.percent_usage() == 0.0
+    assert r.max_resource_usage() == pytest.approx(350.0 / 800.0)  # cpu, the largest known
+    assert r.max_resource_usage_with_weight(0, 0, 1, 1, 1) == 0.0
+    assert r.max_resource_usage_with_weight_capped(1, 1, 1, 1, 1) == pytest.approx(0.4375)
+    # a negative usage against a known limit is unknown as well
+    doc["cpu"] = {"usage": -1.0, "limit": 800.0}
+    r = decode_report(json.dumps(doc), "b1")
+    assert r.cpu.percent_usage() == 0.0
+    assert r.max_resource_usage() == pytest.approx(1024.5 / 4096.0)
+    # and it survives a round trip through the encoder
+    assert decode_report(encode_report(r), "b1").cpu == ResourceUsage(-1.0, 800.0)
 
 
 def test_nan_and_infinity_are_rejected() -> None:
@@ -169,8 +253,12 @@ def test_arbitrary_documents_give_a_model_or_invalid_report(doc: dict) -> None:
         assert e.field and e.reason
         return
     assert isinstance(r, LocalBrokerData)
-    for v in (r.msg_rate_in, r.msg_throughput_in, r.cpu.usage, r.cpu.limit):
+    for v in (r.msg_rate_in, r.msg_throughput_in):
         assert math.isfinite(v) and v >= 0
+    for res in (r.cpu, r.memory, r.bandwidth_in):
+        assert math.isfinite(res.usage) and math.isfinite(res.limit)
+        assert 0.0 <= res.percent_usage() <= 100.0 * MAX_USAGE_OVER_LIMIT
+    assert len(r.issues) <= sum(n for _, n in r.issue_counts)
 
 
 @given(st.binary(max_size=200))
@@ -187,6 +275,22 @@ def test_capped_weighted_usage_ignores_signals_over_100_percent() -> None:
     )
     assert r.max_resource_usage_with_weight(1, 0, 0, 1, 1) == pytest.approx(1.5)
     assert r.max_resource_usage_with_weight_capped(1, 0, 0, 1, 1) == pytest.approx(0.6)
+
+
+def test_threshold_shedder_test_memory_5000_of_100_is_ignored_other_readings_count() -> None:
+    """Pulsar's ThresholdShedderTest feeds memory 5000 of 100 (50x its limit): the codec ignores
+    that reading (counted) and the broker is judged by its other readings. Between 100 % and
+    10x a reading is kept, and only the within-limit max leaves it out, as Pulsar's does."""
+    doc = json.loads(json.dumps(REAL_REPORT))
+    doc["memory"] = {"usage": 5000.0, "limit": 100.0}
+    r = decode_report(json.dumps(doc), "b1")
+    assert r.memory == UNKNOWN_USAGE and dict(r.issue_counts) == {READING_IGNORED: 1}
+    assert r.max_resource_usage() == pytest.approx(0.4375)
+    doc["memory"] = {"usage": 500.0, "limit": 100.0}
+    r = decode_report(json.dumps(doc), "b1")
+    assert r.memory == ResourceUsage(500.0, 100.0) and r.issues == ()
+    assert r.max_resource_usage() == pytest.approx(5.0)
+    assert r.max_resource_usage_with_weight_capped(1, 1, 1, 1, 1) == pytest.approx(0.4375)
 
 
 def test_bundle_stats_sums() -> None:
