@@ -15,9 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.redis_store import canonical_bundle
 from controller.store import BrokerNotAlive, Lease
-from loadbalance.bundles import NamespaceBundles, parse_bundle, topic_namespace
+from loadbalance.bundles import BundleRange, NamespaceBundles, topic_namespace
 from loadbalance.errors import Conflict, InvalidInput
+from loadbalance.lease_history import Claim, NamespaceVersion, Recorder, Revocation
 
 __all__ = ["MemoryStore"]
 
@@ -32,7 +34,9 @@ class _Broker:
 class MemoryStore:
     """Bundle ranges, leases and broker registrations in memory, thread-safe with one lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, recorder: Recorder | None = None) -> None:
+        self.recorder = recorder
+        self._last_now_ms = 0  # the latest time a caller gave; stamps splits and merges
         self._lock = threading.RLock()
         self._namespaces: dict[str, NamespaceBundles] = {}
         self._leases: dict[str, Lease] = {}
@@ -58,6 +62,33 @@ class MemoryStore:
     def live_brokers(self, now_ms: int) -> list[str]:
         with self._lock:
             return sorted(b for b, r in self._brokers.items() if r.expires_at_ms > now_ms)
+
+    def _seen(self, now_ms: int) -> int:
+        self._last_now_ms = max(self._last_now_ms, now_ms)
+        return now_ms
+
+    def _claim(self, lease: Lease, kind: str) -> None:
+        if self.recorder is not None:
+            r = canonical_bundle(lease.bundle)
+            self.recorder.record(
+                Claim(
+                    lease.broker,
+                    r.namespace,
+                    r.lower,
+                    r.upper,
+                    lease.token,
+                    lease.granted_at_ms,
+                    lease.expires_at_ms,
+                    kind,
+                )
+            )
+
+    def _revoke(self, lease: Lease, at_ms: int, kind: str) -> None:
+        if self.recorder is not None:
+            r = canonical_bundle(lease.bundle)
+            self.recorder.record(
+                Revocation(lease.broker, r.namespace, r.lower, r.upper, lease.token, at_ms, kind)
+            )
 
     def _alive(self, broker: str, now_ms: int) -> bool:
         r = self._brokers.get(broker)
@@ -89,7 +120,13 @@ class MemoryStore:
         return nb
 
     def _reshape(
-        self, ns: str, expected_version: int | None, new_of: Any, gone: Sequence[str]
+        self,
+        ns: str,
+        expected_version: int | None,
+        new_of: Any,
+        gone: Sequence[BundleRange],
+        kind: str,
+        now_ms: int | None,
     ) -> NamespaceBundles:
         """Replace ``ns``'s boundaries with ``new_of(current)`` and end the ``gone`` leases,
         all under the lock (the compare-and-set RedisStore's script does)."""
@@ -98,26 +135,41 @@ class MemoryStore:
             if expected_version is not None and nb.version != expected_version:
                 raise Conflict(f"{ns}: version is {nb.version}, not {expected_version}")
             new = new_of(nb)  # raises InvalidBundle when the bundle is gone or bad
+            at_ms = self._last_now_ms if now_ms is None else self._seen(now_ms)
             for b in gone:
-                self._leases.pop(b, None)
+                lease = self._leases.pop(b.name, None)
+                if lease is not None:
+                    self._revoke(lease, at_ms, kind)
             self._namespaces[ns] = new
+            if self.recorder is not None:
+                self.recorder.record(NamespaceVersion(ns, new.version, new.boundaries, at_ms))
             return new
 
     def split_bundle(
-        self, bundle: str, boundaries: Sequence[int], expected_version: int | None = None
+        self,
+        bundle: BundleRange | str,
+        boundaries: Sequence[int],
+        expected_version: int | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> NamespaceBundles:
-        r = parse_bundle(bundle)
+        r = canonical_bundle(bundle)
         points = list(boundaries)
         return self._reshape(
-            r.namespace, expected_version, lambda nb: nb.split(r, points), [r.name]
+            r.namespace, expected_version, lambda nb: nb.split(r, points), [r], "split", now_ms
         )
 
     def merge_bundles(
-        self, first: str, second: str, expected_version: int | None = None
+        self,
+        first: BundleRange | str,
+        second: BundleRange | str,
+        expected_version: int | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> NamespaceBundles:
-        a, b = parse_bundle(first), parse_bundle(second)
+        a, b = canonical_bundle(first), canonical_bundle(second)
         return self._reshape(
-            a.namespace, expected_version, lambda nb: nb.merge(a, b), [a.name, b.name]
+            a.namespace, expected_version, lambda nb: nb.merge(a, b), [a, b], "merge", now_ms
         )
 
     # -- leases ------------------------------------------------------------------------------
@@ -126,11 +178,13 @@ class MemoryStore:
         return self._fence
 
     def _live_lease(self, bundle: str, now_ms: int) -> Lease | None:
+        self._seen(now_ms)
         lease = self._leases.get(bundle)
         return lease if lease is not None and lease.expires_at_ms > now_ms else None
 
-    def acquire(self, bundle: str, broker: str, now_ms: int, ttl_ms: int) -> Lease:
-        r = parse_bundle(bundle)
+    def acquire(self, bundle: BundleRange | str, broker: str, now_ms: int, ttl_ms: int) -> Lease:
+        r = canonical_bundle(bundle)
+        bundle = r.name
         with self._lock:
             nb = self._require_ns(r.namespace)
             if not nb.contains(r):
@@ -140,47 +194,72 @@ class MemoryStore:
             cur = self._live_lease(bundle, now_ms)
             if cur is not None:
                 raise Conflict(f"{bundle} is owned by {cur.broker} (token {cur.token})")
-            lease = Lease(bundle, broker, self._next_token(), now_ms + ttl_ms)
+            lease = Lease(bundle, broker, self._next_token(), now_ms + ttl_ms, now_ms)
             self._leases[bundle] = lease
+            self._claim(lease, "acquire")
             return lease
 
     def renew_all(
         self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
     ) -> dict[str, bool]:
-        out: dict[str, bool] = {}
+        renewed = self.renew_leases(broker, leases, now_ms, ttl_ms)
+        return {b: lease is not None for b, lease in renewed.items()}
+
+    def renew_leases(
+        self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
+    ) -> dict[str, Lease | None]:
+        """``renew_all`` answering with each renewed lease, or None for a lost one."""
+        out: dict[str, Lease | None] = {}
         with self._lock:
-            for bundle in sorted(leases):
+            for given in sorted(leases):
+                bundle = canonical_bundle(given).name
                 cur = self._live_lease(bundle, now_ms)
-                ok = cur is not None and cur.broker == broker and cur.token == leases[bundle]
+                ok = cur is not None and cur.broker == broker and cur.token == leases[given]
                 if ok:
-                    self._leases[bundle] = Lease(bundle, broker, cur.token, now_ms + ttl_ms)
-                out[bundle] = ok
+                    lease = Lease(bundle, broker, cur.token, now_ms + ttl_ms, now_ms)
+                    self._leases[bundle] = lease
+                    self._claim(lease, "renew")
+                    out[given] = lease
+                else:
+                    out[given] = None
         return out
 
-    def release(self, bundle: str, broker: str, token: int, now_ms: int) -> bool:
+    def release(self, bundle: BundleRange | str, broker: str, token: int, now_ms: int) -> bool:
+        bundle = canonical_bundle(bundle).name
         with self._lock:
             cur = self._live_lease(bundle, now_ms)
             if cur is None or cur.broker != broker or cur.token != token:
                 return False
             del self._leases[bundle]
+            self._revoke(cur, now_ms, "release")
             return True
 
     def transfer(
-        self, bundle: str, from_broker: str, token: int, to_broker: str, now_ms: int, ttl_ms: int
+        self,
+        bundle: BundleRange | str,
+        from_broker: str,
+        token: int,
+        to_broker: str,
+        now_ms: int,
+        ttl_ms: int,
     ) -> Lease:
         if from_broker == to_broker:
             raise InvalidInput("destinationBroker", "destination is the source broker")
+        bundle = canonical_bundle(bundle).name
         with self._lock:
             cur = self._live_lease(bundle, now_ms)
             if cur is None or cur.broker != from_broker or cur.token != token:
                 raise Conflict(f"{bundle}: {from_broker} with token {token} does not hold it")
             if not self._alive(to_broker, now_ms):
                 raise BrokerNotAlive("broker", f"broker {to_broker} is not registered or expired")
-            lease = Lease(bundle, to_broker, self._next_token(), now_ms + ttl_ms)
+            lease = Lease(bundle, to_broker, self._next_token(), now_ms + ttl_ms, now_ms)
             self._leases[bundle] = lease
+            self._revoke(cur, now_ms, "transfer")
+            self._claim(lease, "transfer")
             return lease
 
-    def owner(self, bundle: str, now_ms: int) -> Lease | None:
+    def owner(self, bundle: BundleRange | str, now_ms: int) -> Lease | None:
+        bundle = canonical_bundle(bundle).name
         with self._lock:
             return self._live_lease(bundle, now_ms)
 
@@ -205,9 +284,11 @@ class MemoryStore:
 
     def sweep_expired(self, now_ms: int) -> list[Lease]:
         with self._lock:
+            self._seen(now_ms)
             gone = [x for x in self._leases.values() if x.expires_at_ms <= now_ms]
             for lease in gone:
                 del self._leases[lease.bundle]
+                self._revoke(lease, now_ms, "sweep")
         return sorted(gone, key=lambda x: x.bundle)
 
     # -- lookup ------------------------------------------------------------------------------

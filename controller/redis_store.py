@@ -4,9 +4,21 @@ Every multi-key change is one Lua script, so it is atomic, and every change is g
 namespace boundaries by their version (compare-and-set, like Pulsar's versioned metadata
 writes), leases by their owner and **fencing token**. Tokens come from one counter that only
 grows (``INCR``), so a broker that lost a lease holds a smaller token than the new owner forever
-and can neither renew nor release what it no longer owns. Time is an argument (``now_ms``):
-leases are judged against it, never against Redis key expiry, so a sweep decides what expired
-and tests need no sleeping.
+and can neither renew nor release what it no longer owns.
+
+**One clock per judgement.** Every decision about a lease's or a registration's expiry is taken
+inside the script that acts on it: acquire, renew, release, transfer and the expiry sweep each
+read the lease and judge it in one atomic step, never "read, then act" over two round trips.
+The clock is Redis's own ``TIME`` (``clock="server"``, what ``from_url`` and every process of
+the product use), so broker and controller clock skew cannot make two brokers believe they own
+one bundle; tests and the fast simulator inject the time instead (``clock="caller"``, the
+``now_ms`` argument). Key expiry is never used: the sweep decides what expired.
+``docs/ownership.md`` states the invariants and the clock argument.
+
+**One identity per bundle.** Every method takes a ``BundleRange`` or any spelling of a bundle
+name that ``parse_bundle`` accepts (upper- or lower-case hex) and builds keys only from the
+canonical name (``tenant/ns/0x%08x_0x%08x``, lower case), so a spelling cannot create a
+second lease.
 
 Key layout (prefix ``P``, default ``lb``):
 
@@ -25,16 +37,18 @@ Key layout (prefix ``P``, default ``lb``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 from loadbalance.bundles import (
+    BundleRange,
     NamespaceBundles,
     check_boundaries,
     normalize_topic,
@@ -42,6 +56,20 @@ from loadbalance.bundles import (
     topic_namespace,
 )
 from loadbalance.errors import Conflict, InvalidInput
+from loadbalance.lease_history import Claim, Event, NamespaceVersion, Recorder, Revocation
+
+# Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
+# (``TIME``) when the store runs with ``clock="server"`` and passes an empty string. Judging a
+# lease and acting on the judgement happen in the same script, so no read-then-act race exists.
+_LUA_CLOCK = """
+local function clock(arg)
+  if arg == '' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return tonumber(arg)
+end
+"""
 
 # KEYS: ns key, namespaces set, epoch key; ARGV: boundaries, namespace, a new epoch
 _LUA_CREATE_NS = """
@@ -52,126 +80,246 @@ redis.call('SETNX', KEYS[3], ARGV[3])
 return 1
 """
 
-# KEYS: ns key, parent lease key; ARGV: expected version, new boundaries, prefix
-_LUA_RESHAPE = """
+# KEYS: ns key, lease keys of the bundles that disappear...
+# ARGV: expected version, new boundaries, prefix, now, bundle names...
+# -> {1, new version, now, i1, broker1, token1, i2, ...} (the leases it ended) | {0, v} | {-1}
+_LUA_RESHAPE = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[4])
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v then return {-1} end
 if tonumber(v) ~= tonumber(ARGV[1]) then return {0, tonumber(v)} end
+local out = {1, tonumber(v) + 1, now}
 for i = 2, #KEYS do
-  local owner = redis.call('HGET', KEYS[i], 'broker')
-  if owner then
-    redis.call('SREM', ARGV[3] .. ':owned:' .. owner, ARGV[3 + i - 1])
+  local cur = redis.call('HMGET', KEYS[i], 'broker', 'token')
+  if cur[1] then
+    redis.call('SREM', ARGV[3] .. ':owned:' .. cur[1], ARGV[3 + i])
     redis.call('DEL', KEYS[i])
+    table.insert(out, i - 1)
+    table.insert(out, cur[1])
+    table.insert(out, tonumber(cur[2]))
   end
 end
 redis.call('HSET', KEYS[1], 'boundaries', ARGV[2], 'version', tonumber(v) + 1)
-return {1, tonumber(v) + 1}
+return out
 """
+)
+
+# KEYS: broker key, brokers set; ARGV: now, ttl, info, broker -> now
+_LUA_REGISTER = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[1])
+redis.call('HSET', KEYS[1], 'heartbeat', now, 'expires', now + tonumber(ARGV[2]), 'info', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[4])
+return now
+"""
+)
+
+# KEYS: brokers set; ARGV: now, prefix -> {now, live broker ids...}
+_LUA_LIVE_BROKERS = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[1])
+local out = {now}
+for _, b in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local e = redis.call('HGET', ARGV[2] .. ':broker:' .. b, 'expires')
+  if e and tonumber(e) > now then table.insert(out, b) end
+end
+return out
+"""
+)
 
 # KEYS: ns key, lease key, broker key, owned key, fence key
-# ARGV: bundle, expected ns version, broker, now, ttl
-_LUA_ACQUIRE = """
+# ARGV: bundle, expected ns version, broker, now, ttl, prefix
+# -> {1, broker, token, expires, now} | {0, owner, token, expires, now} | {-1} | {-2}
+_LUA_ACQUIRE = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[4])
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v or tonumber(v) ~= tonumber(ARGV[2]) then return {-1} end
 local bexp = redis.call('HGET', KEYS[3], 'expires')
-if not bexp or tonumber(bexp) <= tonumber(ARGV[4]) then return {-2} end
+if not bexp or tonumber(bexp) <= now then return {-2} end
 local cur = redis.call('HMGET', KEYS[2], 'broker', 'token', 'expires')
-if cur[1] and tonumber(cur[3]) > tonumber(ARGV[4]) then
-  return {0, cur[1], tonumber(cur[2]), tonumber(cur[3])}
+if cur[1] and tonumber(cur[3]) > now then
+  return {0, cur[1], tonumber(cur[2]), tonumber(cur[3]), now}
 end
 if cur[1] then redis.call('SREM', ARGV[6] .. ':owned:' .. cur[1], ARGV[1]) end
 local token = redis.call('INCR', KEYS[5])
-local exp = tonumber(ARGV[4]) + tonumber(ARGV[5])
+local exp = now + tonumber(ARGV[5])
 redis.call('HSET', KEYS[2], 'broker', ARGV[3], 'token', token, 'expires', exp)
 redis.call('SADD', KEYS[4], ARGV[1])
-return {1, ARGV[3], token, exp}
+return {1, ARGV[3], token, exp, now}
 """
+)
 
 # KEYS: lease keys...; ARGV: broker, now, ttl, token1, token2, ...
-_LUA_RENEW_ALL = """
-local out = {}
-local exp = tonumber(ARGV[2]) + tonumber(ARGV[3])
+# -> {now, new expiry, ok1, ok2, ...}
+_LUA_RENEW_ALL = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[2])
+local exp = now + tonumber(ARGV[3])
+local out = {now, exp}
 for i, key in ipairs(KEYS) do
   local cur = redis.call('HMGET', key, 'broker', 'token', 'expires')
   if cur[1] == ARGV[1] and tonumber(cur[2]) == tonumber(ARGV[3 + i])
-     and tonumber(cur[3]) > tonumber(ARGV[2]) then
+     and tonumber(cur[3]) > now then
     redis.call('HSET', key, 'expires', exp)
-    out[i] = 1
+    out[i + 2] = 1
   else
-    out[i] = 0
+    out[i + 2] = 0
   end
 end
 return out
 """
+)
 
-# KEYS: lease key, owned key; ARGV: bundle, broker, token, now, require_live
-_LUA_RELEASE = """
+# KEYS: lease key, owned key; ARGV: bundle, broker, token, now -> {1, now} | {0}
+_LUA_RELEASE = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[4])
 local cur = redis.call('HMGET', KEYS[1], 'broker', 'token', 'expires')
-if cur[1] ~= ARGV[2] or tonumber(cur[2]) ~= tonumber(ARGV[3]) then return 0 end
-if ARGV[5] == '1' and tonumber(cur[3]) <= tonumber(ARGV[4]) then return 0 end
+if cur[1] ~= ARGV[2] or tonumber(cur[2]) ~= tonumber(ARGV[3]) then return {0} end
+if tonumber(cur[3]) <= now then return {0} end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[1])
-return 1
+return {1, now}
 """
+)
+
+# KEYS: lease keys...; ARGV: now, prefix, prefix length
+# Removes each lease that is expired *now* (judged here, not by an earlier read), so a renewal
+# that lands between a scan and this script keeps its lease.
+# -> {now, bundle1, broker1, token1, expires1, ...} for the leases it removed
+_LUA_SWEEP = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[1])
+local out = {now}
+for _, key in ipairs(KEYS) do
+  local cur = redis.call('HMGET', key, 'broker', 'token', 'expires')
+  if cur[1] and tonumber(cur[3]) <= now then
+    local bundle = string.sub(key, tonumber(ARGV[3]) + 1)
+    redis.call('DEL', key)
+    redis.call('SREM', ARGV[2] .. ':owned:' .. cur[1], bundle)
+    table.insert(out, bundle)
+    table.insert(out, cur[1])
+    table.insert(out, tonumber(cur[2]))
+    table.insert(out, tonumber(cur[3]))
+  end
+end
+return out
+"""
+)
 
 # KEYS: lease, from owned, to owned, to broker key, fence
-# ARGV: bundle, from, token, to, now, ttl
-_LUA_TRANSFER = """
+# ARGV: bundle, from, token, to, now, ttl -> {1, token, expires, now} | {0} | {-2}
+_LUA_TRANSFER = (
+    _LUA_CLOCK
+    + """
+local now = clock(ARGV[5])
 local cur = redis.call('HMGET', KEYS[1], 'broker', 'token', 'expires')
 if cur[1] ~= ARGV[2] or tonumber(cur[2]) ~= tonumber(ARGV[3])
-   or tonumber(cur[3]) <= tonumber(ARGV[5]) then return {0} end
+   or tonumber(cur[3]) <= now then return {0} end
 local bexp = redis.call('HGET', KEYS[4], 'expires')
-if not bexp or tonumber(bexp) <= tonumber(ARGV[5]) then return {-2} end
+if not bexp or tonumber(bexp) <= now then return {-2} end
 local token = redis.call('INCR', KEYS[5])
-local exp = tonumber(ARGV[5]) + tonumber(ARGV[6])
+local exp = now + tonumber(ARGV[6])
 redis.call('HSET', KEYS[1], 'broker', ARGV[4], 'token', token, 'expires', exp)
 redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
-return {1, token, exp}
+return {1, token, exp, now}
 """
+)
 
 MAX_RETRIES = 5
+SWEEP_BATCH = 500  # lease keys judged per sweep script (bounds the time Redis is busy)
+CLOCKS = ("caller", "server")
 
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A bundle's ownership: who, with which fencing token, until when (epoch ms)."""
+    """A bundle's ownership: who, with which fencing token, until when (epoch ms).
+
+    ``granted_at_ms`` is the store's clock when it granted or last renewed the lease (0 where
+    unknown, e.g. a lease read back); it does not take part in equality.
+    """
 
     bundle: str
     broker: str
     token: int
     expires_at_ms: int
+    granted_at_ms: int = field(default=0, compare=False)
 
 
 class BrokerNotAlive(InvalidInput):
     """The broker is not registered, or its registration expired."""
 
 
-class RedisStore:
-    """The metadata store over one Redis connection; every method takes ``now_ms``."""
+def canonical_bundle(bundle: BundleRange | str) -> BundleRange:
+    """The one identity of a bundle, whatever spelling (hex case) the caller used."""
+    return bundle if isinstance(bundle, BundleRange) else parse_bundle(bundle)
 
-    def __init__(self, client: redis.Redis, prefix: str = "lb") -> None:
+
+class RedisStore:
+    """The metadata store over one Redis connection.
+
+    ``clock="caller"`` judges leases and registrations against the ``now_ms`` each method is
+    given (tests and the simulator inject time); ``clock="server"`` ignores ``now_ms`` and
+    judges them against Redis's own ``TIME`` inside the script that acts, which is what the
+    product runs (``docs/ownership.md`` argues why). ``recorder`` receives every claim and
+    revocation as the scripts reported them (``loadbalance.lease_history``).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "lb",
+        *,
+        clock: str = "caller",
+        recorder: Recorder | None = None,
+    ) -> None:
+        if clock not in CLOCKS:
+            raise InvalidInput("clock", f"must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.r = client
         self.p = prefix
+        self.clock = clock
+        self.recorder = recorder
         self._create = client.register_script(_LUA_CREATE_NS)
         self._reshape = client.register_script(_LUA_RESHAPE)
+        self._register = client.register_script(_LUA_REGISTER)
+        self._live = client.register_script(_LUA_LIVE_BROKERS)
         self._acquire = client.register_script(_LUA_ACQUIRE)
         self._renew = client.register_script(_LUA_RENEW_ALL)
         self._release = client.register_script(_LUA_RELEASE)
+        self._sweep = client.register_script(_LUA_SWEEP)
         self._transfer = client.register_script(_LUA_TRANSFER)
         self._ns_cache: dict[str, NamespaceBundles] = {}
         self._names_cache: dict[tuple[str, int], list[str]] = {}
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "lb", **kwargs: Any) -> RedisStore:
-        return cls(redis.Redis.from_url(url, **kwargs), prefix)
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "lb",
+        *,
+        clock: str = "server",
+        recorder: Recorder | None = None,
+        **kwargs: Any,
+    ) -> RedisStore:
+        """A store for a running deployment: Redis's clock judges leases unless told otherwise."""
+        return cls(redis.Redis.from_url(url, **kwargs), prefix, clock=clock, recorder=recorder)
 
-    # -- keys --------------------------------------------------------------------------------
+    # -- keys (built only from canonical names) ------------------------------------------------
     def _ns(self, ns: str) -> str:
         return f"{self.p}:ns:{ns}"
 
-    def _lease(self, bundle: str) -> str:
-        return f"{self.p}:lease:{bundle}"
+    def _lease(self, bundle: BundleRange) -> str:
+        return f"{self.p}:lease:{bundle.name}"
 
     def _owned(self, broker: str) -> str:
         return f"{self.p}:owned:{broker}"
@@ -179,31 +327,74 @@ class RedisStore:
     def _broker(self, broker: str) -> str:
         return f"{self.p}:broker:{broker}"
 
+    def _now(self, now_ms: int | None) -> int | str:
+        """The script argument for "now": the caller's time, or '' for Redis's TIME."""
+        if self.clock == "server":
+            return ""
+        if now_ms is None:
+            raise InvalidInput("now_ms", "a store with clock='caller' needs the time")
+        return int(now_ms)
+
+    def _record(self, event: Event) -> None:
+        if self.recorder is not None:
+            self.recorder.record(event)
+
+    def _claim(self, lease: Lease, kind: str) -> None:
+        if self.recorder is not None:
+            r = parse_bundle(lease.bundle)
+            self.recorder.record(
+                Claim(
+                    lease.broker,
+                    r.namespace,
+                    r.lower,
+                    r.upper,
+                    lease.token,
+                    lease.granted_at_ms,
+                    lease.expires_at_ms,
+                    kind,
+                )
+            )
+
+    def _revoke(self, r: BundleRange, broker: str, token: int, at_ms: int, kind: str) -> None:
+        if self.recorder is not None:
+            self.recorder.record(
+                Revocation(broker, r.namespace, r.lower, r.upper, token, at_ms, kind)
+            )
+
+    def _server_time_ms(self, pipe_result: Sequence[int]) -> int:
+        seconds, micros = pipe_result
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _read_now(self, now_ms: int | None, reads: Any) -> tuple[int, list[Any]]:
+        """Run ``reads(pipe)`` and return (now, results); with the server clock, TIME is read in
+        the same MULTI so the judgement and the data belong to one instant."""
+        if self.clock == "server":
+            pipe = self.r.pipeline(transaction=True)
+            pipe.time()
+            reads(pipe)
+            res = pipe.execute()
+            return self._server_time_ms(res[0]), res[1:]
+        if now_ms is None:
+            raise InvalidInput("now_ms", "a store with clock='caller' needs the time")
+        pipe = self.r.pipeline(transaction=False)
+        reads(pipe)
+        return int(now_ms), pipe.execute()
+
     # -- brokers -----------------------------------------------------------------------------
     def register_broker(
         self, broker: str, now_ms: int, ttl_ms: int, info: Mapping[str, Any] | None = None
     ) -> None:
-        """Register or heartbeat a broker; it is alive until ``now_ms + ttl_ms``."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(
-            self._broker(broker),
-            mapping={
-                "heartbeat": now_ms,
-                "expires": now_ms + ttl_ms,
-                "info": json.dumps(dict(info or {})),
-            },
+        """Register or heartbeat a broker; it is alive until ``now + ttl_ms``."""
+        self._register(
+            keys=[self._broker(broker), f"{self.p}:brokers"],
+            args=[self._now(now_ms), int(ttl_ms), json.dumps(dict(info or {})), broker],
         )
-        pipe.sadd(f"{self.p}:brokers", broker)
-        pipe.execute()
 
     heartbeat = register_broker
 
     def live_brokers(self, now_ms: int) -> list[str]:
-        names = sorted(b.decode() for b in self.r.smembers(f"{self.p}:brokers"))
-        pipe = self.r.pipeline(transaction=False)
-        for b in names:
-            pipe.hget(self._broker(b), "expires")
-        return [b for b, e in zip(names, pipe.execute()) if e is not None and int(e) > now_ms]
+        res = self._live(keys=[f"{self.p}:brokers"], args=[self._now(now_ms), self.p])
+        return sorted(b.decode() if isinstance(b, bytes) else b for b in res[1:])
 
     # -- namespaces --------------------------------------------------------------------------
     def create_namespace(self, ns: str, num_bundles: int, *, exist_ok: bool = False) -> bool:
@@ -235,160 +426,242 @@ class RedisStore:
         return nb
 
     def _reshape_ns(
-        self, ns: str, expected: int, new: NamespaceBundles, gone: Sequence[str]
+        self,
+        expected: int,
+        new: NamespaceBundles,
+        gone: Sequence[BundleRange],
+        kind: str,
+        now_ms: int | None,
     ) -> int:
         check_boundaries(new.boundaries)
+        ns = new.namespace
+        now_arg = "" if self.clock == "server" or now_ms is None else int(now_ms)
         res = self._reshape(
             keys=[self._ns(ns), *[self._lease(b) for b in gone]],
-            args=[expected, _csv(new.boundaries), self.p, *gone],
+            args=[expected, _csv(new.boundaries), self.p, now_arg, *[b.name for b in gone]],
         )
         if res[0] == -1:
             raise InvalidInput("namespace", f"unknown namespace {ns}")
         if res[0] == 0:
             raise Conflict(f"{ns}: version is {res[1]}, expected {expected}")
+        at_ms = int(res[2])
+        for i in range(3, len(res), 3):
+            broker = res[i + 1].decode() if isinstance(res[i + 1], bytes) else res[i + 1]
+            self._revoke(gone[int(res[i]) - 1], broker, int(res[i + 2]), at_ms, kind)
+        self._record(NamespaceVersion(ns, int(res[1]), new.boundaries, at_ms))
         return int(res[1])
 
     def split_bundle(
-        self, bundle: str, boundaries: Sequence[int], expected_version: int | None = None
+        self,
+        bundle: BundleRange | str,
+        boundaries: Sequence[int],
+        expected_version: int | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> NamespaceBundles:
         """Split at ``boundaries`` with CAS on the namespace version; the parent's lease ends.
 
         With ``expected_version=None`` a lost race re-reads and retries up to ``MAX_RETRIES``
         times (the bundle must still exist); with a version, a mismatch raises ``Conflict``.
+        ``now_ms`` only stamps the recorded history (the split itself judges no lease).
         """
-        r = parse_bundle(bundle)
+        r = canonical_bundle(bundle)
         for _ in range(MAX_RETRIES):
             nb = self._require_ns(r.namespace)
             if expected_version is not None and nb.version != expected_version:
                 raise Conflict(f"{r.namespace}: version is {nb.version}, not {expected_version}")
             new = nb.split(r, boundaries)  # raises InvalidBundle if the bundle is gone
             try:
-                self._reshape_ns(r.namespace, nb.version, new, [r.name])
+                self._reshape_ns(nb.version, new, [r], "split", now_ms)
             except Conflict:
                 if expected_version is not None:
                     raise
                 continue
             return new
-        raise Conflict(f"{bundle}: split lost {MAX_RETRIES} races")
+        raise Conflict(f"{r.name}: split lost {MAX_RETRIES} races")
 
     def merge_bundles(
-        self, first: str, second: str, expected_version: int | None = None
+        self,
+        first: BundleRange | str,
+        second: BundleRange | str,
+        expected_version: int | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> NamespaceBundles:
         """Merge two adjacent bundles (not a Pulsar operation); both leases end."""
-        a = parse_bundle(first)
+        a, b = canonical_bundle(first), canonical_bundle(second)
         for _ in range(MAX_RETRIES):
             nb = self._require_ns(a.namespace)
             if expected_version is not None and nb.version != expected_version:
                 raise Conflict(f"{a.namespace}: version is {nb.version}, not {expected_version}")
-            new = nb.merge(first, second)
+            new = nb.merge(a, b)
             try:
-                self._reshape_ns(a.namespace, nb.version, new, [first, second])
+                self._reshape_ns(nb.version, new, [a, b], "merge", now_ms)
             except Conflict:
                 if expected_version is not None:
                     raise
                 continue
             return new
-        raise Conflict(f"{first}+{second}: merge lost {MAX_RETRIES} races")
+        raise Conflict(f"{a.name}+{b.name}: merge lost {MAX_RETRIES} races")
 
     # -- leases ------------------------------------------------------------------------------
-    def acquire(self, bundle: str, broker: str, now_ms: int, ttl_ms: int) -> Lease:
+    def acquire(self, bundle: BundleRange | str, broker: str, now_ms: int, ttl_ms: int) -> Lease:
         """Take a free or expired bundle; raise ``Conflict`` if someone else holds it."""
-        r = parse_bundle(bundle)
+        r = canonical_bundle(bundle)
         for _ in range(MAX_RETRIES):
             nb = self._require_ns(r.namespace)
             if not nb.contains(r):
-                raise InvalidInput("bundle", f"{bundle} is not a current bundle of {r.namespace}")
+                raise InvalidInput("bundle", f"{r.name} is not a current bundle of {r.namespace}")
             res = self._acquire(
                 keys=[
                     self._ns(r.namespace),
-                    self._lease(bundle),
+                    self._lease(r),
                     self._broker(broker),
                     self._owned(broker),
                     f"{self.p}:fence",
                 ],
-                args=[bundle, nb.version, broker, now_ms, ttl_ms, self.p],
+                args=[r.name, nb.version, broker, self._now(now_ms), int(ttl_ms), self.p],
             )
             if res[0] == -1:
                 continue  # boundaries changed between the read and the script: re-read
             if res[0] == -2:
                 raise BrokerNotAlive("broker", f"broker {broker} is not registered or expired")
             owner = res[1].decode() if isinstance(res[1], bytes) else res[1]
-            lease = Lease(bundle, owner, int(res[2]), int(res[3]))
+            lease = Lease(r.name, owner, int(res[2]), int(res[3]), int(res[4]))
             if res[0] == 0:
-                raise Conflict(f"{bundle} is owned by {owner} (token {lease.token})")
+                raise Conflict(f"{r.name} is owned by {owner} (token {lease.token})")
+            self._claim(lease, "acquire")
             return lease
-        raise Conflict(f"{bundle}: namespace kept changing")
+        raise Conflict(f"{r.name}: namespace kept changing")
 
     def renew_all(
         self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
     ) -> dict[str, bool]:
         """Renew all of a broker's leases in one call: bundle -> token; stale ones are not."""
+        renewed = self.renew_leases(broker, leases, now_ms, ttl_ms)
+        return {b: lease is not None for b, lease in renewed.items()}
+
+    def renew_leases(
+        self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
+    ) -> dict[str, Lease | None]:
+        """``renew_all`` that answers with each renewed lease (its new expiry and the store's
+        time of the renewal), or None for a lease that was lost. Keys are as the caller gave."""
         names = sorted(leases)
         if not names:
             return {}
+        ranges = [canonical_bundle(b) for b in names]
         res = self._renew(
-            keys=[self._lease(b) for b in names],
-            args=[broker, now_ms, ttl_ms, *[leases[b] for b in names]],
+            keys=[self._lease(r) for r in ranges],
+            args=[broker, self._now(now_ms), int(ttl_ms), *[int(leases[b]) for b in names]],
         )
-        return {b: bool(x) for b, x in zip(names, res)}
+        at_ms, expires = int(res[0]), int(res[1])
+        out: dict[str, Lease | None] = {}
+        for b, r, ok in zip(names, ranges, res[2:]):
+            if ok:
+                lease = Lease(r.name, broker, int(leases[b]), expires, at_ms)
+                self._claim(lease, "renew")
+                out[b] = lease
+            else:
+                out[b] = None
+        return out
 
-    def release(self, bundle: str, broker: str, token: int, now_ms: int) -> bool:
+    def release(self, bundle: BundleRange | str, broker: str, token: int, now_ms: int) -> bool:
         """Give a bundle up; only the live holder with the current token can."""
-        keys = [self._lease(bundle), self._owned(broker)]
-        return bool(self._release(keys=keys, args=[bundle, broker, token, now_ms, "1"]))
+        r = canonical_bundle(bundle)
+        res = self._release(
+            keys=[self._lease(r), self._owned(broker)],
+            args=[r.name, broker, int(token), self._now(now_ms)],
+        )
+        if not res[0]:
+            return False
+        self._revoke(r, broker, int(token), int(res[1]), "release")
+        return True
 
     def transfer(
-        self, bundle: str, from_broker: str, token: int, to_broker: str, now_ms: int, ttl_ms: int
+        self,
+        bundle: BundleRange | str,
+        from_broker: str,
+        token: int,
+        to_broker: str,
+        now_ms: int,
+        ttl_ms: int,
     ) -> Lease:
         """Move a live lease to another live broker atomically, with a new token."""
         if from_broker == to_broker:
             raise InvalidInput("destinationBroker", "destination is the source broker")
+        r = canonical_bundle(bundle)
         res = self._transfer(
             keys=[
-                self._lease(bundle),
+                self._lease(r),
                 self._owned(from_broker),
                 self._owned(to_broker),
                 self._broker(to_broker),
                 f"{self.p}:fence",
             ],
-            args=[bundle, from_broker, token, to_broker, now_ms, ttl_ms],
+            args=[r.name, from_broker, int(token), to_broker, self._now(now_ms), int(ttl_ms)],
         )
         if res[0] == -2:
             raise BrokerNotAlive("broker", f"broker {to_broker} is not registered or expired")
         if res[0] == 0:
-            raise Conflict(f"{bundle}: {from_broker} with token {token} does not hold it")
-        return Lease(bundle, to_broker, int(res[1]), int(res[2]))
+            raise Conflict(f"{r.name}: {from_broker} with token {token} does not hold it")
+        lease = Lease(r.name, to_broker, int(res[1]), int(res[2]), int(res[3]))
+        self._revoke(r, from_broker, int(token), lease.granted_at_ms, "transfer")
+        self._claim(lease, "transfer")
+        return lease
 
-    def owner(self, bundle: str, now_ms: int) -> Lease | None:
-        raw = self.r.hmget(self._lease(bundle), "broker", "token", "expires")
-        if raw[0] is None or int(raw[2]) <= now_ms:
-            return None
-        return Lease(bundle, raw[0].decode(), int(raw[1]), int(raw[2]))
+    def owner(self, bundle: BundleRange | str, now_ms: int) -> Lease | None:
+        r = canonical_bundle(bundle)
+        now, (raw,) = self._read_now(
+            now_ms, lambda p: p.hmget(self._lease(r), "broker", "token", "expires")
+        )
+        return _live_lease(r.name, raw, now)
 
     def owners(self, ns: str, now_ms: int) -> dict[str, Lease]:
         nb = self._require_ns(ns)
-        pipe = self.r.pipeline(transaction=False)
         names = nb.bundle_names
-        for b in names:
-            pipe.hmget(self._lease(b), "broker", "token", "expires")
+
+        def reads(pipe: Any) -> None:
+            for b in names:
+                pipe.hmget(f"{self.p}:lease:{b}", "broker", "token", "expires")
+
+        now, raws = self._read_now(now_ms, reads)
         out = {}
-        for b, raw in zip(names, pipe.execute()):
-            if raw[0] is not None and int(raw[2]) > now_ms:
-                out[b] = Lease(b, raw[0].decode(), int(raw[1]), int(raw[2]))
+        for b, raw in zip(names, raws):
+            lease = _live_lease(b, raw, now)
+            if lease is not None:
+                out[b] = lease
         return out
 
     def sweep_expired(self, now_ms: int) -> list[Lease]:
-        """Remove expired leases (each with a CAS on its token) and return them."""
+        """Remove the leases that are expired when the sweep script judges them.
+
+        The scan only finds candidates; the script re-reads each lease and removes it only if
+        it is still expired at that moment, so a renewal that lands in between is kept.
+        """
         gone: list[Lease] = []
+        batch: list[bytes] = []
+        prefix_len = len(f"{self.p}:lease:".encode())
+        now_arg = self._now(now_ms)
+
+        def flush() -> None:
+            res = self._sweep(keys=batch, args=[now_arg, self.p, prefix_len])
+            at_ms = int(res[0])
+            for i in range(1, len(res), 4):
+                bundle = res[i].decode() if isinstance(res[i], bytes) else res[i]
+                broker = res[i + 1].decode() if isinstance(res[i + 1], bytes) else res[i + 1]
+                lease = Lease(bundle, broker, int(res[i + 2]), int(res[i + 3]))
+                gone.append(lease)
+                # a key no canonical name maps to was removed too; nothing to record for it
+                with contextlib.suppress(InvalidInput):
+                    self._revoke(parse_bundle(bundle), broker, lease.token, at_ms, "sweep")
+            batch.clear()
+
         for key in self.r.scan_iter(match=f"{self.p}:lease:*", count=1000):
-            raw = self.r.hmget(key, "broker", "token", "expires")
-            if raw[0] is None or int(raw[2]) > now_ms:
-                continue
-            bundle = key.decode()[len(f"{self.p}:lease:") :]
-            broker, token = raw[0].decode(), int(raw[1])
-            args = [bundle, broker, token, now_ms, "0"]
-            if self._release(keys=[key, self._owned(broker)], args=args):
-                gone.append(Lease(bundle, broker, token, int(raw[2])))
+            batch.append(key)
+            if len(batch) >= SWEEP_BATCH:
+                flush()
+        if batch:
+            flush()
         return sorted(gone, key=lambda x: x.bundle)
 
     # -- lookup ------------------------------------------------------------------------------
@@ -401,8 +674,8 @@ class RedisStore:
             raise InvalidInput("namespace", f"unknown namespace {ns}")
         if nb is None or nb.version != int(version):
             nb = self._require_ns(ns)
-        bundle = nb.find_bundle(topic).name
-        return bundle, self.owner(bundle, now_ms)
+        bundle = nb.find_bundle(topic)
+        return bundle.name, self.owner(bundle, now_ms)
 
     def _bundle_of(self, topic: str) -> str:
         """Hot path of lookups: hash, binary search, and a cached name per bundle index."""
@@ -431,14 +704,20 @@ class RedisStore:
             if cached is None or cached.version != int(version):
                 self._require_ns(ns)
         bundles = [self._bundle_of(t) for t in topics]
-        pipe = self.r.pipeline(transaction=False)
-        for b in bundles:
-            pipe.hmget(self._lease(b), "broker", "token", "expires")
-        out: list[tuple[str, Lease | None]] = []
-        for b, raw in zip(bundles, pipe.execute()):
-            live = raw[0] is not None and int(raw[2]) > now_ms
-            out.append((b, Lease(b, raw[0].decode(), int(raw[1]), int(raw[2])) if live else None))
-        return out
+
+        def reads(pipe: Any) -> None:
+            for b in bundles:
+                pipe.hmget(f"{self.p}:lease:{b}", "broker", "token", "expires")
+
+        now, raws = self._read_now(now_ms, reads)
+        return [(b, _live_lease(b, raw, now)) for b, raw in zip(bundles, raws)]
+
+
+def _live_lease(bundle: str, raw: Sequence[Any], now_ms: int) -> Lease | None:
+    """A lease hash's fields as a live ``Lease``, or None if absent or expired at ``now_ms``."""
+    if raw[0] is None or int(raw[2]) <= now_ms:
+        return None
+    return Lease(bundle, raw[0].decode(), int(raw[1]), int(raw[2]))
 
 
 def _csv(bounds: Sequence[int]) -> str:

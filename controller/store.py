@@ -9,9 +9,15 @@ behaviour written down here is a behaviour both keep.
 
 The contract, in one place:
 
-* **Time is an argument.** Every lease and registration is judged against the caller's
-  ``now_ms`` (epoch ms), never against a server clock or key expiry. A lease or registration
-  with ``expires_at_ms <= now_ms`` is expired.
+* **One clock per judgement.** Every lease and registration is judged against one clock,
+  inside the atomic step that acts on the judgement, never by key expiry. ``MemoryStore`` and a
+  ``RedisStore`` with ``clock="caller"`` use the caller's ``now_ms`` (epoch ms; tests and the
+  simulator); the product's ``RedisStore`` (``clock="server"``) uses Redis's ``TIME`` and
+  ignores ``now_ms``. A lease or registration with ``expires_at_ms <= now`` is expired.
+* **One identity per bundle.** Bundles are ``BundleRange`` values or any spelling
+  ``parse_bundle`` accepts; every key and every answer uses the canonical lower-case name.
+* **History.** Given a ``recorder`` (``loadbalance.lease_history``), a store reports every claim
+  it granted and every claim it ended, with its own clock, for ``loadbalance.lease_checker``.
 * **Namespace versions.** Each namespace's boundaries carry a version that starts at 0 and
   grows by exactly one with every split or merge. A split or merge given ``expected_version``
   is a compare-and-set: a mismatch raises ``Conflict`` and changes nothing. Without it, a
@@ -89,7 +95,12 @@ class OwnershipStore(Protocol):
         ...
 
     def split_bundle(
-        self, bundle: str, boundaries: Sequence[int], expected_version: int | None = None
+        self,
+        bundle: str,
+        boundaries: Sequence[int],
+        expected_version: int | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> NamespaceBundles:
         """Split ``bundle`` at ``boundaries`` (strictly inside it); the parent's lease ends.
 
@@ -100,7 +111,12 @@ class OwnershipStore(Protocol):
         ...
 
     def merge_bundles(
-        self, first: str, second: str, expected_version: int | None = None
+        self,
+        first: str,
+        second: str,
+        expected_version: int | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> NamespaceBundles:
         """Merge two adjacent current bundles into one (not a Pulsar operation).
 
@@ -116,6 +132,13 @@ class OwnershipStore(Protocol):
         live (checked before ownership), ``Conflict`` if any live lease exists (even the
         caller's own: renew instead).
         """
+        ...
+
+    def renew_leases(
+        self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
+    ) -> dict[str, Lease | None]:
+        """``renew_all`` answering with each renewed ``Lease`` (new expiry, the store's time of
+        the renewal in ``granted_at_ms``) or None for a lease that was lost."""
         ...
 
     def renew_all(

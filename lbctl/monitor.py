@@ -157,7 +157,7 @@ class Monitor:
     def _owned_counts(self, now_ms: int) -> dict[str, int]:
         from controller.redis_store import RedisStore
 
-        store = RedisStore(self.client, self.prefix)
+        store = RedisStore(self.client, self.prefix, clock="server")
         counts: dict[str, int] = {}
         for ns in store.list_namespaces():
             try:

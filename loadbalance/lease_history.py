@@ -15,7 +15,7 @@ bound is ``0xffffffff`` also covers ``0xffffffff`` (Pulsar's closed last bundle)
 
 from __future__ import annotations
 
-import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -72,15 +72,13 @@ class Recorder(Protocol):
 
 @dataclass
 class HistoryRecorder:
-    """Appends events in the order they were recorded (thread-safe)."""
+    """Keeps events in the order they were recorded. ``deque.append`` is documented as
+    thread-safe, so many store clients may share one recorder without a lock."""
 
-    events: list[Event] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    events: deque[Event] = field(default_factory=deque)
 
     def record(self, event: Event) -> None:
-        with self._lock:
-            self.events.append(event)
+        self.events.append(event)
 
     def snapshot(self) -> list[Event]:
-        with self._lock:
-            return list(self.events)
+        return list(self.events)

@@ -92,7 +92,7 @@ def make_sim(
     seed: int,
     clock: FakeClock,
 ) -> LiveSim:
-    store = RedisStore.from_url(redis_url, prefix=prefix)
+    store = RedisStore.from_url(redis_url, prefix=prefix, clock="caller")  # a fake wall clock
     publisher = TimestampedReportPublisher(bootstrap, topic)
     return LiveSim(
         scenario, make_config(scenario), store, publisher, seed=seed, start_ms=START_MS, clock=clock
