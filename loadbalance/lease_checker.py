@@ -25,10 +25,15 @@ The rules (``Violation.kind`` in brackets):
    time order never go backwards, and every boundary tuple covers the ring exactly.
 
 A renewal never shortens a lease here: validity is the union of the claims, which is what a
-store that sets ``valid_until = now + ttl`` with one TTL per holder grants. Events at the same
-millisecond cannot be ordered by time alone; where the order matters
-(rules 2 and 3) the position in the given iterable decides, so pass the events in the order the
-store produced them.
+store that sets ``valid_until = now + ttl`` with one TTL per holder grants. Events in the same
+millisecond cannot be ordered by their times. By default they are taken as unordered: a claim
+and a release, transfer, split or merge of its token in the same millisecond break no rule (a
+store whose clients record after the script returns, from many threads, records such pairs in
+either order), while a claim and a sweep of its token in the same millisecond always do (before
+the sweep it made the lease live, after it it revived a removed lease). With ``ordered=True``
+the caller promises the events come in the order the store executed them (one thread, or a
+recorder inside the store's critical section), and the position decides: a renewal recorded
+after its revocation in the same millisecond is a violation.
 
 Ranges follow ``lease_history``: ``[lower, upper)``, and a range ending at ``0xffffffff`` also
 covers ``0xffffffff``. Internally every range is the half-open ``[lower, end)`` with
@@ -78,12 +83,19 @@ def _claim_text(c: Claim) -> str:
     )
 
 
-def check_history(events: Iterable[Event]) -> list[Violation]:
-    """Every violation of rules 1-5 in ``events`` (empty for a correct history), rule by rule."""
+def check_history(events: Iterable[Event], *, ordered: bool = False) -> list[Violation]:
+    """Every violation of rules 1-5 in ``events`` (empty for a correct history), rule by rule.
+
+    ``ordered``: the events come in the store's execution order, so same-millisecond ties are
+    resolved by position (see the module docstring).
+    """
     claims: list[tuple[int, Claim]] = []
     revocations: list[tuple[int, Revocation]] = []
     versions: list[tuple[int, NamespaceVersion]] = []
-    for pos, e in enumerate(events):
+    for i, e in enumerate(events):
+        # Unordered: a claim sorts before every revocation of its millisecond (rule 2 holds), so
+        # a sweep sorts after it (rule 3 judges it, see the module docstring).
+        pos = i if ordered else (-1 if isinstance(e, Claim) else 1)
         if isinstance(e, Claim):
             claims.append((pos, e))
         elif isinstance(e, Revocation):
