@@ -172,9 +172,11 @@ def test_negative_now_ms_is_refused(tmp_path: Path) -> None:
 
 def test_report_errors_carry_the_broker_path(tmp_path: Path) -> None:
     doc = example()
-    doc["brokers"][B1]["report"]["lastStats"][HOT]["msgRateIn"] = -3
-    path = f'snapshot.brokers["{B1}"].report.lastStats[{HOT!r}].msgRateIn'
-    refused(tmp_path, doc, path, "negative")
+    doc["brokers"][B1]["report"]["msgRateIn"] = -3
+    refused(tmp_path, doc, f'snapshot.brokers["{B1}"].report.msgRateIn', "negative")
+    doc = example()
+    doc["brokers"][B1]["report"]["lastStats"] = ["not", "an", "object"]
+    refused(tmp_path, doc, f'snapshot.brokers["{B1}"].report.lastStats', "")
 
 
 def test_recently_unloaded_time_must_be_an_epoch_ms(tmp_path: Path) -> None:
