@@ -9,7 +9,10 @@ above every token announced on the ownership-events topic, report, and resume.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import time
 
 import pytest
@@ -86,6 +89,47 @@ def _publish(bootstrap: str, topic: str, *decisions) -> None:
 def _move(bundle: str, src: str, dst: str):
     return make_decision(cycle="auto", kind=TRANSFER, bundle=bundle, source_broker=src,
                          destination_broker=dst, reason="Overloaded")  # fmt: skip
+
+
+class _CommandWatch:
+    """Redis ``MONITOR`` on a raw socket: every command any client sends, as Redis logs it.
+
+    Why: "no recovery happened" is only evidence if the controller was looking; the recovery
+    check reads ``P:epoch`` first thing, so its ``GET`` in the server's own command feed shows
+    that it ran (and how often) without trusting anything the controller says about itself."""
+
+    def __init__(self, port: int) -> None:
+        self._sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self._sock.sendall(b"MONITOR\r\n")
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf += chunk
+            *lines, buf = buf.split(b"\r\n")
+            with self._lock:
+                self._lines += [x.decode(errors="replace") for x in lines]
+
+    def count(self, *words: str) -> int:
+        """How many commands so far were exactly ``words`` (e.g. ``"GET", "aofc:epoch"``)."""
+        tail = " ".join(f'"{w}"' for w in words)
+        with self._lock:
+            return sum(1 for x in self._lines if x.endswith(tail))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        self._thread.join(5)
 
 
 def _log_text(path) -> str:
@@ -216,6 +260,7 @@ def test_no_recovery_on_a_first_start_or_after_a_redis_restart_that_kept_its_dat
             store.register_broker(b, _now(), HOUR_MS)
         _rewrite_snapshot(store, {}, ["b1", "b2"])  # brokers report, but serve nothing yet
         decisions, events = unique_topic(1, "decisions"), unique_topic(1, "events")
+        watch = _CommandWatch(server.port)
         proc = lbctl(["control", "--redis-url", server.url, "--bootstrap-servers",
                       kafka_bootstrap, "--group", "aof-ctl", "--sweep-interval-s", "0.3",
                       "--recovery-wait-s", "0.5",
@@ -223,7 +268,12 @@ def test_no_recovery_on_a_first_start_or_after_a_redis_restart_that_kept_its_dat
                                  "ownershipEventsTopic": events,
                                  "loadBalancerOwnershipLeaseTtlSeconds": 3600})],
                      log)  # fmt: skip
-        time.sleep(3)  # several checks on the empty store
+        wait_for("the controller's recovery checks on the empty store",
+                 lambda: watch.count("GET", "aofc:epoch") >= 3, timeout_s=60)  # fmt: skip
+        time.sleep(1)  # and a few more checks, each of which could have recovered
+        assert watch.count("GET", "aofc:epoch") >= 4
+        watch.close()
+        assert proc.poll() is None, f"the controller exited: see {log}"
         assert current_epoch(store) is None and last_report(store) is None
         names = _populate(store, ("b1", "b2"), _now())
         epoch = current_epoch(store)
@@ -232,6 +282,7 @@ def test_no_recovery_on_a_first_start_or_after_a_redis_restart_that_kept_its_dat
         wait_for("the first decision", lambda: outcome_of(store, first.id), 60)
 
         server.restart()  # SIGTERM: the AOF is flushed, the data comes back
+        watch = _CommandWatch(server.port)
         store = RedisStore(server.client(), "aofc")
         owners = store.owners(NS, _now())
         serving = {b: [n for n, x in owners.items() if x.broker == b] for b in ("b1", "b2")}
@@ -240,7 +291,10 @@ def test_no_recovery_on_a_first_start_or_after_a_redis_restart_that_kept_its_dat
         _publish(kafka_bootstrap, decisions, second)
         wait_for("the decision after the restart", lambda: outcome_of(store, second.id), 60)
         time.sleep(2)  # more than the recovery wait and several sweeps
+        checks_after_restart = watch.count("GET", "aofc:epoch")
+        watch.close()
 
+        assert checks_after_restart >= 3, "the controller kept checking after the restart"
         assert proc.poll() is None, f"the controller exited: see {log}"
         assert current_epoch(store) == epoch, "same dataset"
         assert last_report(store) is None and not store.r.exists("aofc:recovery-log")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections import Counter
 
 import pytest
 
@@ -215,6 +216,16 @@ def test_a_running_controller_survives_a_redis_restart_with_aof(
                  timeout_s=60)  # fmt: skip
         assert proc.poll() is None, f"the controller exited: see {tmp_path / 'control.log'}"
         assert [outcome_of(store, d.id).outcome for d in moves] == ["applied"] * len(moves)
+        # applied once: the outcome stream (kept by the AOF) has exactly one "applied" entry per
+        # decision, whatever the retries while Redis was away; a replay may add a "duplicate"
+        entries = [
+            {k.decode(): v.decode() for k, v in fields.items()}
+            for _, fields in store.r.xrange("ctl:outcome-stream")
+        ]
+        applied = Counter(e["id"] for e in entries if e["outcome"] == "applied")
+        assert applied == Counter({d.id: 1 for d in moves}), entries
+        assert {e["id"] for e in entries} == {d.id for d in moves}, entries
+        assert {e["outcome"] for e in entries} <= {"applied", "duplicate"}, entries
         s = check_invariants(store.r, "ctl", int(time.time() * 1000))
         assert [s.live_owner(n, int(time.time() * 1000)) for n in names] == ["b2"] * len(names)
     finally:
