@@ -4,7 +4,12 @@ No Spark, Kafka or Redis: it reads a snapshot (``docs/snapshot-format.md``), app
 snapshot's config overrides and then the command line's, runs ``loadbalance.cycle.step`` the
 requested number of times (advancing virtual time by the shedding interval, so debounced
 strategies such as TransferShedder can reach their hit count), and prints each decision as one
-JSON line. Skips go to stderr, or into the JSON stream with ``--skips``.
+JSON line. Skips go to stderr, or into the JSON stream with ``--skips``. The snapshot's
+``recentlyUnloaded`` entries hold their bundles through the grace period, as the cycle's own do.
+
+A snapshot that fails validation (``loadbalance.snapshot``: the report codec's rules for every
+field) ends the command with exit status 2 and one line naming the JSON path of the problem;
+the file is read as bytes so that invalid UTF-8 is such a refusal, not a traceback.
 """
 
 from __future__ import annotations
