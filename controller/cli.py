@@ -306,8 +306,12 @@ def _owners(
 
 
 def _bundle_name(store: OwnershipStore, ns: str, rng: str) -> str:
+    """The canonical name of bundle ``rng`` of ``ns`` as an operator typed it (either hex case,
+    as Pulsar's admin tools accept); refused, naming the field, unless it is a current bundle."""
+    from loadbalance.bundles import parse_bundle
+
     nb = _require(store, ns)
-    name = f"{ns}/{rng}"
+    name = parse_bundle(f"{ns}/{rng.strip()}").name
     if not nb.contains(name):
         raise InvalidInput("bundle", f"bundle {name} not found in {ns}")
     return name

@@ -114,6 +114,10 @@ def make_decision(
     if kind not in KINDS:
         raise InvalidInput("kind", f"unknown decision kind {kind!r}")
     bounds = tuple(sorted(split_boundaries))
+    # one identity per bundle: the id, the store keys and the events all use the canonical name
+    bundle = parse_bundle(bundle).name
+    if merge_bundle is not None:
+        merge_bundle = parse_bundle(merge_bundle).name
     return Decision(
         id=decision_id(
             cycle, kind, bundle, source_broker, destination_broker, bounds, merge_bundle
