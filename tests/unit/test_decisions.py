@@ -6,13 +6,16 @@ import contextlib
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadbalance.bundles import parse_bundle
 from loadbalance.decisions import (
+    KINDS,
     SPLIT,
     TRANSFER,
     UNLOAD,
+    Decision,
     decode_decision,
     encode_decision,
     make_decision,
@@ -108,3 +111,125 @@ def test_size_limit_before_parsing() -> None:
 def test_arbitrary_bytes_never_crash(raw: bytes) -> None:
     with contextlib.suppress(InvalidDecision):
         decode_decision(raw)
+
+
+# Hostile JSON: arbitrary nested values (the shapes a buggy or malicious producer can write).
+HOSTILE_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                  max_size=4),
+    max_leaves=16,
+)  # fmt: skip
+NAMESPACES = ("t/ns", "acme/prod")
+FIELDS = ("schemaVersion", "kind", "bundle", "id", "decidedAtMs", "sourceBroker",
+          "destinationBroker", "cycle", "reason", "strategy", "splitAlgorithm", "mergeBundle",
+          "splitBoundaries", "inputs")  # fmt: skip
+# Fields whose every valid value is a string, an integer or null: a non-empty list or object
+# there must be refused, and the error must name the field.
+SCALAR_FIELDS = tuple(f for f in FIELDS if f not in ("splitBoundaries", "inputs"))
+_DROP = object()
+
+
+@st.composite
+def valid_decision_docs(draw: st.DrawFn) -> dict:
+    """A valid decision of any kind, as the JSON object the streaming job writes."""
+    ns = draw(st.sampled_from(NAMESPACES))
+    lo = draw(st.integers(0, 0xFFFFFFFD))
+    hi = draw(st.integers(lo + 2, 0xFFFFFFFF))
+    bundle = f"{ns}/0x{lo:08x}_0x{hi:08x}"
+    kind = draw(st.sampled_from((SPLIT, UNLOAD, TRANSFER, "merge")))
+    extra: dict = {}
+    if kind == SPLIT:
+        extra["split_boundaries"] = (draw(st.integers(lo + 1, hi - 1)),)
+        extra["split_algorithm"] = "range_equally_divide"
+    if kind == TRANSFER:
+        extra["destination_broker"] = "b2"
+    if kind == "merge":
+        if hi == 0xFFFFFFFF:  # the neighbour below (lo > 0) or, for the full ring, none
+            if lo == 0:
+                kind = UNLOAD
+            else:
+                extra["merge_bundle"] = f"{ns}/0x{0:08x}_0x{lo:08x}"
+        else:
+            extra["merge_bundle"] = f"{ns}/0x{hi:08x}_0xffffffff"
+    d = make_decision(cycle=draw(st.text(max_size=8)), kind=kind, bundle=bundle,
+                      source_broker="b1", reason="MsgRate", decided_at_ms=draw(
+                          st.integers(0, 2**63 - 1)), **extra)  # fmt: skip
+    return json.loads(encode_decision(d))
+
+
+def _check_decoded(d: object) -> None:
+    """What any decision the decoder lets through must be, checked without the decoder."""
+    assert isinstance(d, Decision)
+    assert d.kind in KINDS
+    r = parse_bundle(d.bundle)
+    assert r.name == d.bundle, "canonical spelling"
+    assert isinstance(d.id, str) and 8 <= len(d.id) <= 128 and d.id.isprintable()
+    assert type(d.decided_at_ms) is int and 0 <= d.decided_at_ms <= 2**63 - 1
+    assert list(d.split_boundaries) == sorted(set(d.split_boundaries))
+    assert all(type(b) is int and r.lower < b < r.upper for b in d.split_boundaries)
+    assert (d.kind != SPLIT) or d.split_boundaries
+    for v in (d.source_broker, d.destination_broker, d.merge_bundle, d.split_algorithm):
+        assert v is None or (isinstance(v, str) and v)
+    if d.kind == TRANSFER:
+        assert d.destination_broker is not None and d.destination_broker != d.source_broker
+    if d.merge_bundle is not None:
+        m = parse_bundle(d.merge_bundle)
+        assert m.namespace == r.namespace and (m.lower == r.upper or m.upper == r.lower)
+    for v in (d.cycle, d.reason, d.strategy):
+        assert isinstance(v, str) and len(v) <= 256
+    assert all(isinstance(k, str) for k in d.inputs)
+    assert all(v is None or isinstance(v, (str, int, float, bool)) for v in d.inputs.values())
+
+
+@settings(max_examples=400, deadline=None)
+@given(valid_decision_docs())
+def test_valid_decisions_of_every_kind_decode(doc: dict) -> None:
+    _check_decoded(decode_decision(json.dumps(doc).encode()))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    valid_decision_docs(),
+    st.lists(
+        st.tuples(st.sampled_from(FIELDS), st.one_of(st.just(_DROP), HOSTILE_JSON)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_mutated_decisions_are_refused_naming_a_field_or_decode_to_valid_decisions(
+    doc: dict, mutations: list
+) -> None:
+    for key, value in mutations:
+        if value is _DROP:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    raw = json.dumps(doc).encode()
+    try:
+        d = decode_decision(raw)
+    except InvalidDecision as e:
+        assert e.field in (*FIELDS, "record", "namespace"), e
+        assert e.reason
+        return
+    _check_decoded(d)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    valid_decision_docs(),
+    st.sampled_from(SCALAR_FIELDS),
+    st.lists(HOSTILE_JSON, min_size=1, max_size=3)
+    | st.dictionaries(st.text(max_size=6), HOSTILE_JSON, min_size=1, max_size=3),
+)
+def test_a_list_or_object_in_a_scalar_field_is_refused_naming_that_field(
+    doc: dict, key: str, container: object
+) -> None:
+    doc[key] = container
+    with pytest.raises(InvalidDecision) as e:
+        decode_decision(json.dumps(doc).encode())
+    assert e.value.field == key, (key, str(e.value))
