@@ -2,7 +2,10 @@
 
 The shell side of ``loadbalance.config``: it reads the ``broker.conf`` file and the process
 environment, hands the text and mappings to the pure loader, and reports problems in one line
-that names the knob (exit code 2), never with a secret in it.
+that names the knob (exit code 2), never with a secret in it. A stock Pulsar ``broker.conf``
+holds dozens of settings that mean nothing to a load balancer: they get one summary warning
+line, and ``--verbose`` lists them, with what the recognised Pulsar keys
+(``loadManagerClassName``, ``loadBalancerDebugModeEnabled``, ``preferLaterVersions``) mean here.
 
 Every command loads its configuration through ``load_from_args``, so that is where the log
 redaction goes in: once the secrets are known, ``infra.redaction.SecretFilter`` is put on the
@@ -18,13 +21,15 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from infra.redaction import SecretFilter, install_secret_filter
 from loadbalance.config import (
     ConfigError,
+    ConfigLoad,
     LoadBalancerConfig,
     config_rows,
-    load_config,
+    load_config_details,
 )
 
 
@@ -42,6 +47,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KNOB=VALUE",
         help="override a knob by its Pulsar name, e.g. --set loadBalancerSheddingIntervalMinutes=2",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="list the broker.conf keys ignored as not load-balancer settings, and explain the "
+        "recognised Pulsar keys that are not knobs here",
     )
 
 
@@ -64,14 +75,25 @@ def load_from_args(args: argparse.Namespace, *, quiet: bool = False) -> LoadBala
             conf_text = conf_path.read_text(encoding="utf-8")
         except OSError as e:
             raise ConfigError("--config", f"cannot read {conf_path}: {e.strerror}") from None
-    config, warnings = load_config(
+    config, found = load_config_details(
         conf_text=conf_text, env=os.environ, overrides=_overrides(getattr(args, "set", []))
     )
     if not quiet:
-        for w in warnings:
-            print(f"lbctl: warning: {w}", file=sys.stderr)
+        print_config_load(found, verbose=bool(getattr(args, "verbose", False)))
     redact_logs(config)
     return config
+
+
+def print_config_load(found: ConfigLoad, *, verbose: bool, file: Any = None) -> None:
+    """Warnings always (one line each); with ``verbose`` the ignored keys and the notes."""
+    out = file or sys.stderr
+    for w in found.warnings:
+        print(f"lbctl: warning: {w}", file=out)
+    if verbose:
+        for key in found.ignored_keys:
+            print(f"lbctl: ignored broker.conf key (not a load-balancer setting): {key}", file=out)
+        for note in found.notes:
+            print(f"lbctl: note: {note}", file=out)
 
 
 def redact_logs(config: LoadBalancerConfig) -> None:

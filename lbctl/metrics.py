@@ -200,6 +200,19 @@ AGENT_CHECKS = Counter(
 LEASE_RENEWALS = Counter(
     "lbctl_lease_renewals_total", "Bundle lease renewals by result", ["result"]
 )
+#: ``kind`` is ``loadbalance.model.ISSUE_KINDS``; ``source`` is where the report was read.
+REPORT_ISSUES = Counter(
+    "lbctl_report_issues_total",
+    "Items ignored in accepted load reports (broken readings, unusable bundle entries, "
+    "documents without bundle data)",
+    ["source", "kind"],
+)
+#: ``reason`` is invalid (the document was refused) or unreachable (no document).
+AGENT_PROVIDER_FAILURES = Counter(
+    "lbctl_agent_provider_failures_total",
+    "Agent checks whose bundle-stats provider gave no usable document",
+    ["reason"],
+)
 SIMULATOR_CYCLES = Counter("lbctl_simulator_cycles_total", "Simulator ticks")
 SIMULATOR_REPORTS_PUBLISHED = Counter(
     "lbctl_simulator_reports_published_total", "Load reports the simulator published"

@@ -38,6 +38,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import (
@@ -189,6 +190,13 @@ class LoadBalancerConfig(BaseModel):
         1,
         "How often host usage is sampled, minutes.",
         alias="loadBalancerHostUsageCheckIntervalMinutes",
+        **_POS,
+    )
+    load_balancer_override_broker_nic_speed_gbps: float | None = _f(
+        None,
+        "NIC speed the broker agent measures bandwidth against, Gbit/s; empty: the speed the "
+        "OS reports (Pulsar's meaning). The agent's --nic-speed-mbps overrides it.",
+        alias="loadBalancerOverrideBrokerNicSpeedGbps",
         **_POS,
     )
     # -- shedding --------------------------------------------------------------------------
@@ -692,6 +700,29 @@ _UPPER_TO_ALIAS = {re.sub(r"(?<!^)(?=[A-Z])", "_", a).upper(): a for a in ALIAS_
 _UPPER_TO_ALIAS.update({name.upper(): FIELDS[name].alias for name in FIELDS})
 
 
+# Pulsar knobs that have no field here but that an operator's broker.conf carries: recognised,
+# and explained instead of being called unknown.
+RECOGNISED_PULSAR_KEYS = {
+    "loadManagerClassName": (
+        "Pulsar's choice of load manager. Here the streaming controller is the load manager; "
+        "it reads the reports of all three (Simple: LoadReport, Modular: LocalBrokerData, "
+        "Extensible: BrokerLoadData, which names no bundles) and applies "
+        "loadBalancerLoadSheddingStrategy / loadBalancerLoadPlacementStrategy"
+    ),
+    "loadBalancerDebugModeEnabled": (
+        "Pulsar's verbose load-manager logging. Here every decision carries its inputs and "
+        "reason, and logging is set per command (--log-level where offered)"
+    ),
+    "preferLaterVersions": (
+        "Pulsar's BrokerVersionFilter (place on the newest broker version first). Not "
+        "applied here: placement does not filter by brokerVersionString"
+    ),
+}
+# A key with one of these prefixes is meant for the load balancer: if it is unknown, it is
+# probably a typo and gets a warning of its own, with a suggestion.
+_LOAD_BALANCER_PREFIXES = ("loadBalancer", "loadBalance", "loadManager")
+
+
 def parse_broker_conf(text: str) -> dict[str, str]:
     """Pulsar's ``key=value`` format: ``#`` comments, blank lines; empty value = default."""
     out: dict[str, str] = {}
@@ -736,6 +767,18 @@ def _suggest(key: str) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+@dataclass(frozen=True)
+class ConfigLoad:
+    """What loading found besides the configuration: ``warnings`` (one line each, short: a
+    stock Pulsar broker.conf gives one summary line, not dozens), ``ignored_keys`` (broker.conf
+    keys with no meaning here, for ``--verbose``) and ``notes`` (recognised Pulsar keys that
+    are not knobs here, with what they mean here)."""
+
+    warnings: tuple[str, ...] = ()
+    ignored_keys: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 def load_config(
     *,
     conf_text: str | None = None,
@@ -743,14 +786,37 @@ def load_config(
     overrides: Mapping[str, str] | None = None,
 ) -> tuple[LoadBalancerConfig, list[str]]:
     """Defaults < broker.conf < environment (``LB_<name>``) < overrides; returns warnings too."""
+    config, found = load_config_details(conf_text=conf_text, env=env, overrides=overrides)
+    return config, list(found.warnings)
+
+
+def load_config_details(
+    *,
+    conf_text: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> tuple[LoadBalancerConfig, ConfigLoad]:
+    """``load_config`` with the details: which broker.conf keys were ignored, and notes."""
     values: dict[str, Any] = {}
     warnings: list[str] = []
+    ignored: list[str] = []
+    notes: list[str] = []
     for key, raw in parse_broker_conf(conf_text or "").items():
         alias = _canonical(key)
         if alias is None:
-            warnings.append(f"broker.conf: ignoring unknown key {key}")
+            if key in RECOGNISED_PULSAR_KEYS:
+                notes.append(f"broker.conf: {key}={raw}: {RECOGNISED_PULSAR_KEYS[key]}")
+            elif key.startswith(_LOAD_BALANCER_PREFIXES):
+                warnings.append(f"broker.conf: ignoring unknown key {key}{_suggest(key)}")
+            else:
+                ignored.append(key)
             continue
         values[alias] = _coerce(alias, raw)
+    if ignored:
+        warnings.append(
+            f"broker.conf: ignoring {len(ignored)} key(s) that are not load-balancer settings "
+            f"(e.g. {ignored[0]}); --verbose lists them"
+        )
     for var, raw in (env or {}).items():
         if not var.startswith("LB_"):
             continue
@@ -765,7 +831,8 @@ def load_config(
         if alias is None:
             raise ConfigError(key, f"unknown knob{_suggest(key)}")
         values[alias] = _coerce(alias, raw) if isinstance(raw, str) else raw
-    return build_config(values), warnings
+    found = ConfigLoad(tuple(warnings), tuple(ignored), tuple(notes))
+    return build_config(values), found
 
 
 def build_config(values: Mapping[str, Any]) -> LoadBalancerConfig:
@@ -784,6 +851,8 @@ def build_config(values: Mapping[str, Any]) -> LoadBalancerConfig:
 
 def mask_value(name: str, value: Any) -> str:
     """Render a value for display with secrets masked (a URL keeps all but its password)."""
+    if value is None:  # an optional knob left empty, as broker.conf writes it
+        return ""
     if name in SECRET_FIELDS and value:
         if name == "redis_url":
             return redact_url(str.__str__(value))

@@ -4,11 +4,18 @@ Why a separate agent: a real broker (Pulsar or not) knows its bundles but not ou
 Redis leases. The agent runs beside it, every ``loadBalancerReportUpdateMinIntervalMillis``:
 
 1. samples the host (``producers.host_usage``) and the broker's bundle stats (a provider from
-   ``producers.bundle_stats``) and builds a ``LocalBrokerData``;
+   ``producers.bundle_stats``) and builds a ``LocalBrokerData``; the broker's own readings
+   (JVM heap, direct memory, its CPU and NIC view) win over the host's where the provider has
+   them, since they are what Pulsar's load manager would report;
 2. if a Redis store is wired in, heartbeats the broker's registration and renews the leases of
    the bundles it reports (every check, so a lease never waits for a report to be published);
 3. asks ``loadbalance.report_rule`` whether the report moved enough to publish, and if so writes
    it to the load-report topic keyed by broker id.
+
+A bad document from the provider is a report problem, not a sign the broker is gone: the check
+still heartbeats and renews the leases of the bundles last reported well, and only skips
+publishing. An unreachable provider (``Transient``: the broker itself may be down) skips the
+whole check, so a dead broker's leases lapse as they should.
 
 Time comes in as ``now_ms`` to ``tick``, so tests drive the agent with a fake clock and never
 sleep; ``run`` is the thin loop around it with a clean stop on SIGTERM/SIGINT.
@@ -75,16 +82,18 @@ def build_report(
     web_service_url: str = "",
     pulsar_service_url: str = "",
 ) -> LocalBrokerData:
-    """One ``LocalBrokerData``: host usage plus bundle stats, with the broker totals summed
-    from the bundles (as Pulsar's broker does when it fills its own report)."""
+    """One ``LocalBrokerData``: the broker's own readings where the provider has known ones,
+    else the host's, plus bundle stats, with the broker totals summed from the bundles (as
+    Pulsar's broker does when it fills its own report)."""
     s = stats.last_stats.values()
+    own = stats.usage
     return LocalBrokerData(
         broker=broker_id,
-        cpu=usage.cpu,
-        memory=usage.memory,
-        direct_memory=usage.direct_memory,
-        bandwidth_in=usage.bandwidth_in,
-        bandwidth_out=usage.bandwidth_out,
+        cpu=own.get("cpu", usage.cpu),
+        memory=own.get("memory", usage.memory),
+        direct_memory=own.get("direct_memory", usage.direct_memory),
+        bandwidth_in=own.get("bandwidth_in", usage.bandwidth_in),
+        bandwidth_out=own.get("bandwidth_out", usage.bandwidth_out),
         msg_rate_in=sum(x.msg_rate_in for x in s),
         msg_rate_out=sum(x.msg_rate_out for x in s),
         msg_throughput_in=sum(x.msg_throughput_in for x in s),
@@ -225,13 +234,17 @@ class Agent:
         self.last_published_ms: int | None = None
         self.last_verdict: PublishVerdict | None = None
         self.published_count = 0
+        self.last_good_stats: BundleStatsSnapshot | None = None
+        self._warned: set[str] = set()
         self._stop = threading.Event()
 
     def tick(self, now_ms: int | None = None) -> bool:
         """One check at ``now_ms`` (default: the clock); True if a report was published.
 
-        A failing provider skips the whole check, heartbeat included: if the broker cannot
-        say what it serves, it should not keep its registration or leases alive either.
+        An unreachable provider (``Transient``) skips the whole check, heartbeat included: the
+        broker may be down, and its leases must then lapse. Any other provider failure is a
+        report problem: the check heartbeats and renews the bundles last reported well, and
+        publishes nothing.
         """
         now_ms = self.clock() if now_ms is None else now_ms
         if not self.rule.check_due(self.last_check_ms, now_ms):
@@ -239,9 +252,24 @@ class Agent:
         self.last_check_ms = now_ms
         try:
             stats = self.stats_provider.fetch()
-        except LoadBalancerError as e:
-            log.warning("bundle stats unavailable, skipping this check: %s", e)
+        except Transient as e:
+            log.warning("bundle stats unreachable, skipping this check: %s", e)
+            metrics.AGENT_PROVIDER_FAILURES.labels(reason="unreachable").inc()
             return False
+        except Exception as e:  # a report problem: keep the broker's leases, publish nothing
+            kept = self.last_good_stats.bundles if self.last_good_stats else frozenset()
+            log.warning(
+                "bundle stats refused (%s); heartbeat and %d leases kept, no report: %s",
+                type(e).__name__,
+                len(kept),
+                e,
+            )
+            metrics.AGENT_PROVIDER_FAILURES.labels(reason="invalid").inc()
+            metrics.AGENT_CHECKS.labels(published="false").inc()
+            self._keep_leases(kept, now_ms)
+            return False
+        self.last_good_stats = stats
+        self._count_issues(stats)
         report = build_report(
             self.broker_id,
             self.usage_source.sample(now_ms),
@@ -250,7 +278,7 @@ class Agent:
             web_service_url=self.web_service_url,
             pulsar_service_url=self.pulsar_service_url,
         )
-        self._keep_leases(report, now_ms)
+        self._keep_leases(report.bundles, now_ms)
         self._host_gauges(report)
         verdict = self.rule.verdict(self.last_published, self.last_published_ms, report, now_ms)
         self.last_verdict = verdict
@@ -290,11 +318,27 @@ class Agent:
             bandwidth_out=report.bandwidth_out.percent_usage(),
         )
 
-    def _keep_leases(self, report: LocalBrokerData, now_ms: int) -> None:
+    def _count_issues(self, stats: BundleStatsSnapshot) -> None:
+        """Count what the codec ignored in the provider's document; warn once per kind."""
+        for kind, n in stats.issue_counts:
+            metrics.REPORT_ISSUES.labels(source="agent", kind=kind).inc(n)
+        for issue in stats.issues:
+            if issue.kind not in self._warned:
+                self._warned.add(issue.kind)
+                log.warning(
+                    "bundle stats of %s: %s ignored (%s: %s); counted in "
+                    "lbctl_report_issues_total, warned once",
+                    self.broker_id,
+                    issue.kind,
+                    issue.field,
+                    issue.reason,
+                )
+
+    def _keep_leases(self, bundles: Iterable[str], now_ms: int) -> None:
         if self.lease_keeper is None:
             return
         try:
-            renewed = self.lease_keeper.heartbeat(report.bundles, now_ms)
+            renewed = self.lease_keeper.heartbeat(bundles, now_ms)
         except Exception as e:  # Redis down: keep reporting, the next check retries
             log.warning("broker heartbeat/lease renewal failed: %s", e)
             metrics.LEASE_RENEWALS.labels(result="failed").inc()

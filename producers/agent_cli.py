@@ -13,7 +13,7 @@ import sys
 
 from lbctl import metrics
 from lbctl.config_cmd import add_config_arguments, load_from_args
-from loadbalance.config import ConfigError
+from loadbalance.config import ConfigError, LoadBalancerConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--nic-speed-mbps",
         type=float,
         default=None,
-        help="NIC speed in Mbit/s (default: detected, else 1000)",
+        help="NIC speed in Mbit/s (default: loadBalancerOverrideBrokerNicSpeedGbps x 1000 if "
+        "set, else detected, else 1000)",
     )
     p.add_argument(
         "--redis-url",
@@ -72,6 +73,15 @@ def _kafka_security(config: object) -> dict[str, str]:
     return dict(config.kafka_client_settings())  # type: ignore[attr-defined]
 
 
+def nic_speed_mbps(args: argparse.Namespace, config: LoadBalancerConfig) -> float | None:
+    """``--nic-speed-mbps``, else ``loadBalancerOverrideBrokerNicSpeedGbps`` in Mbit/s, else
+    ``None`` (detect): the flag is the more specific, so it wins."""
+    if args.nic_speed_mbps is not None:
+        return float(args.nic_speed_mbps)
+    gbps = config.load_balancer_override_broker_nic_speed_gbps
+    return gbps * 1000.0 if gbps is not None else None
+
+
 def run_agent(args: argparse.Namespace) -> int:
     from producers.agent import Agent, KafkaReportPublisher, LeaseKeeper
     from producers.bundle_stats import provider_from_spec
@@ -88,7 +98,7 @@ def run_agent(args: argparse.Namespace) -> int:
         return 2
     try:
         provider = provider_from_spec(args.provider, token=args.pulsar_token)
-        usage = PsutilHostUsage(args.cpu_limit_percent, args.nic_speed_mbps)
+        usage = PsutilHostUsage(args.cpu_limit_percent, nic_speed_mbps(args, config))
     except ValueError as e:
         print(f"lbctl agent: {e}", file=sys.stderr)
         return 2

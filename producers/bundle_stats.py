@@ -3,10 +3,14 @@
 Why pluggable: the host figures come from psutil, but which bundles a broker serves and how busy
 each one is only the broker knows. A real Pulsar broker already computes both for its own load
 manager and serves them at ``GET /admin/v2/broker-stats/load-report``; other brokers (or a test
-rig) can write the same JSON to a file or serve it over HTTP. All three speak one document: a
-Pulsar ``LocalBrokerData`` JSON, of which only ``bundles`` and ``lastStats`` are kept (the host
-figures are the agent's own). Every document goes through ``report_from_dict``, so a provider
-rejects exactly what the report codec would.
+rig) can write the same JSON to a file or serve it over HTTP. All three speak the documents of
+Pulsar's three load managers (``LocalBrokerData``, the simple manager's ``LoadReport``, the
+extensible manager's ``BrokerLoadData``), of which only what the agent uses is read and judged:
+the bundles and their stats, and the broker's own resource readings (JVM heap and direct memory,
+the broker's CPU and NIC view), which the agent prefers to its psutil host readings. Broker
+totals and fields the agent does not use are not validated, so a fault there cannot cost the
+broker its report. What is read goes through ``report_from_dict`` with the codec's rules: a
+broken reading or bundle entry is ignored and listed in ``issues``.
 
 Errors: bad content raises ``InvalidReport`` (it will stay bad; fix the source); an unreachable
 file or endpoint raises ``Transient`` (the agent skips that check and tries again).
@@ -24,12 +28,27 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from loadbalance.errors import InvalidReport, Transient
-from loadbalance.model import NamespaceBundleStats
-from loadbalance.report_codec import DEFAULT_MAX_REPORT_BYTES, report_from_dict
+from loadbalance.model import (
+    BROKER_LOAD_DATA,
+    LOAD_REPORT,
+    LOCAL_BROKER_DATA,
+    NamespaceBundleStats,
+    ReportIssue,
+    ResourceUsage,
+)
+from loadbalance.report_codec import DEFAULT_MAX_REPORT_BYTES, report_from_dict, report_type_of
 
 PULSAR_LOAD_REPORT_PATH = "/admin/v2/broker-stats/load-report"
 # report_from_dict wants a broker id; the provider's document is not trusted to name ours
 _PLACEHOLDER_BROKER = "provider"
+_RESOURCE_FIELDS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
+_USAGE_ATTRS = ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out")
+# What the agent reads of each document kind; everything else is not looked at.
+_USED_FIELDS = {
+    LOCAL_BROKER_DATA: ("lastStats", "bundles", *_RESOURCE_FIELDS),
+    LOAD_REPORT: ("bundleStats", "systemResourceUsage", *_RESOURCE_FIELDS),
+    BROKER_LOAD_DATA: _RESOURCE_FIELDS,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +59,12 @@ class BundleStatsSnapshot:
     last_stats: Mapping[str, NamespaceBundleStats] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    usage: Mapping[str, ResourceUsage] = field(default_factory=lambda: MappingProxyType({}))
+    """The broker's own known readings by ``LocalBrokerData`` attribute (``cpu``, ``memory``,
+    ``direct_memory``, ``bandwidth_in``, ``bandwidth_out``); unknown ones are left out."""
+    report_type: str = LOCAL_BROKER_DATA
+    issues: tuple[ReportIssue, ...] = ()
+    issue_counts: tuple[tuple[str, int], ...] = ()
 
 
 class BundleStatsProvider(Protocol):
@@ -58,11 +83,23 @@ def parse_stats_document(raw: bytes | str, source: str) -> BundleStatsSnapshot:
         raise InvalidReport(source, f"not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise InvalidReport(source, f"must be a JSON object, got {type(doc).__name__}")
+    kind = report_type_of(doc)
+    used = _USED_FIELDS[kind]
     try:
-        report = report_from_dict(doc, _PLACEHOLDER_BROKER)
+        report = report_from_dict(
+            {k: doc[k] for k in used if k in doc}, _PLACEHOLDER_BROKER, report_type=kind
+        )
     except InvalidReport as e:
         raise InvalidReport(f"{source}: {e.field}", e.reason) from None
-    return BundleStatsSnapshot(bundles=report.bundles, last_stats=report.last_stats)
+    usage = {attr: r for attr in _USAGE_ATTRS if (r := getattr(report, attr)).known}
+    return BundleStatsSnapshot(
+        bundles=report.bundles,
+        last_stats=report.last_stats,
+        usage=MappingProxyType(usage),
+        report_type=report.report_type,
+        issues=report.issues,
+        issue_counts=report.issue_counts,
+    )
 
 
 class FileStatsProvider:

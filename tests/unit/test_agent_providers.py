@@ -66,11 +66,11 @@ def test_file_provider_keeps_bundles_and_last_stats_of_a_pulsar_report(tmp_path:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "must be a JSON object"),
-        (json.dumps({"lastStats": {"nope": {}}}), "lastStats['nope']"),
-        (json.dumps({"lastStats": {B1: {"msgRateIn": -1}}}), "msgRateIn"),
+        (json.dumps({"lastStats": [1]}), "lastStats"),
         (json.dumps({"bundles": "t/ns/0x0_0x1"}), "bundles"),
+        (json.dumps({"bundles": [B1, "public/default/0x20000000_0x60000000"]}), "overlap"),
     ],
-    ids=["syntax", "not-object", "bad-bundle-name", "negative-rate", "bundles-not-list"],
+    ids=["syntax", "not-object", "stats-not-object", "bundles-not-list", "overlap"],
 )
 def test_file_provider_rejects_bad_input_naming_the_file_and_field(
     tmp_path: Path, content: str, field: str

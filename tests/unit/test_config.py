@@ -74,7 +74,10 @@ def test_broker_conf_parsing_keeps_unknown_keys_aside() -> None:
         "range_equally_divide",
         "topic_count_equally_divide",
     )
-    assert warnings == ["broker.conf: ignoring unknown key zookeeperServers"]
+    assert warnings == [
+        "broker.conf: ignoring 1 key(s) that are not load-balancer settings "
+        "(e.g. zookeeperServers); --verbose lists them"
+    ]
 
 
 def test_precedence_conf_then_env_then_overrides() -> None:
@@ -176,3 +179,41 @@ def test_config_show_json_and_table(
     assert "pw-from-env" not in out
     code, _, err = _show(capsys, "--set", "nope=1")
     assert code == 2 and "nope" in err
+
+
+def test_non_load_balancer_keys_give_one_summary_line_and_verbose_lists_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from lbctl.config_cmd import add_config_arguments, load_from_args
+
+    others = [f"someBrokerSetting{i}=x" for i in range(40)]
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                *others,
+                "loadBalancerSheddingIntervalMinutse=3",  # a typo of a load-balancer knob
+                "loadManagerClassName=org.apache.pulsar.broker.loadbalance.impl."
+                "ModularLoadManagerImpl",
+                "loadBalancerDebugModeEnabled=true",
+                "preferLaterVersions=true",
+            ]
+        )
+    )
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    load_from_args(parser.parse_args(["--config", str(conf)]))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "lbctl: warning: broker.conf: ignoring unknown key loadBalancerSheddingIntervalMinutse "
+        "(did you mean loadBalancerSheddingIntervalMinutes?)",
+        "lbctl: warning: broker.conf: ignoring 40 key(s) that are not load-balancer settings "
+        "(e.g. someBrokerSetting0); --verbose lists them",
+    ]
+    load_from_args(parser.parse_args(["--config", str(conf), "--verbose"]))
+    verbose = capsys.readouterr().err
+    for i in range(40):
+        assert f"(not a load-balancer setting): someBrokerSetting{i}\n" in verbose
+    for key in ("loadManagerClassName", "loadBalancerDebugModeEnabled", "preferLaterVersions"):
+        assert f"lbctl: note: broker.conf: {key}=" in verbose
+    assert "BrokerVersionFilter" in verbose and "BrokerLoadData" in verbose
