@@ -200,17 +200,19 @@ def _numbers(value: Any) -> list[float]:
 
 
 def check_accepted(raw: bytes) -> None:
-    """What was accepted reaches the policies clean: every number the snapshot adds to the
-    reports finite, non-negative and at most 2^53 (the report codec's rule), every time a whole
+    """What was accepted reaches the policies clean: every number finite and non-negative, those
+    read from the snapshot at most 2^53 too (the report codec's rule), every time a whole
     number, every bundle name canonical."""
     snap = parse_snapshot(raw)
     view = snap.view
     # The reports are the codec's to judge (it keeps an unknown resource as Pulsar's -1).
     numbers = [snap.now_ms, *_numbers(dict(view.bundle_data))]
     for b in view.brokers.values():
-        numbers += [b.history_usage, b.msg_throughput_ema, b.updated_at_ms]
-        # sums of up to 100,000 bundles: finite and non-negative, not capped
-        assert all(math.isfinite(n) and n >= 0 for n in _numbers(b.time_average))
+        numbers.append(b.updated_at_ms)
+        # Sums (the time averages; the default throughput EMA, the report's in + out) and the
+        # default history usage, derived from the report: finite and non-negative, not capped.
+        derived = [b.history_usage, b.msg_throughput_ema, *_numbers(b.time_average)]
+        assert all(math.isfinite(n) and n >= 0 for n in derived)
     numbers += list(view.recently_unloaded.values())
     assert all(math.isfinite(n) and 0 <= n <= MAX_NUMBER for n in numbers)
     assert isinstance(snap.now_ms, int)
