@@ -4,14 +4,16 @@ Why: unit tests and the fast simulator need ownership semantics (versions, fenci
 leases judged against ``now_ms``) without a Redis server, and a second implementation keeps the
 interface honest: ``tests/integration/test_store_contract.py`` runs the same assertions against
 both. One lock makes every method atomic, which is what a Lua script gives ``RedisStore``, so
-racing threads see the same all-or-nothing changes. Nothing here reads a clock.
+racing threads see the same all-or-nothing changes. Nothing here reads a clock unless given one
+(``clock=``, the analogue of ``RedisStore(clock="server")``): it is then read under the lock, so
+a judgement and the action on it share one instant and callers' stale times cannot matter.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +36,11 @@ class _Broker:
 class MemoryStore:
     """Bundle ranges, leases and broker registrations in memory, thread-safe with one lock."""
 
-    def __init__(self, *, recorder: Recorder | None = None) -> None:
+    def __init__(
+        self, *, recorder: Recorder | None = None, clock: Callable[[], int] | None = None
+    ) -> None:
         self.recorder = recorder
+        self._clock = clock  # when given, the store's own clock: ``now_ms`` arguments are ignored
         self._last_now_ms = 0  # the latest time a caller gave; stamps splits and merges
         self._lock = threading.RLock()
         self._namespaces: dict[str, NamespaceBundles] = {}
@@ -49,6 +54,7 @@ class MemoryStore:
     ) -> None:
         """Register or heartbeat a broker; it is alive until ``now_ms + ttl_ms``."""
         with self._lock:
+            now_ms = self._time(now_ms)
             self._brokers[broker] = _Broker(now_ms, now_ms + ttl_ms, dict(info or {}))
 
     heartbeat = register_broker
@@ -61,7 +67,12 @@ class MemoryStore:
 
     def live_brokers(self, now_ms: int) -> list[str]:
         with self._lock:
+            now_ms = self._time(now_ms)
             return sorted(b for b, r in self._brokers.items() if r.expires_at_ms > now_ms)
+
+    def _time(self, now_ms: Any) -> Any:
+        """The time a judgement uses: the store's clock, read under the lock, or the caller's."""
+        return self._seen(self._clock()) if self._clock is not None else now_ms
 
     def _seen(self, now_ms: int) -> int:
         self._last_now_ms = max(self._last_now_ms, now_ms)
@@ -131,6 +142,7 @@ class MemoryStore:
         """Replace ``ns``'s boundaries with ``new_of(current)`` and end the ``gone`` leases,
         all under the lock (the compare-and-set RedisStore's script does)."""
         with self._lock:
+            now_ms = self._time(now_ms)
             nb = self._require_ns(ns)
             if expected_version is not None and nb.version != expected_version:
                 raise Conflict(f"{ns}: version is {nb.version}, not {expected_version}")
@@ -186,6 +198,7 @@ class MemoryStore:
         r = canonical_bundle(bundle)
         bundle = r.name
         with self._lock:
+            now_ms = self._time(now_ms)
             nb = self._require_ns(r.namespace)
             if not nb.contains(r):
                 raise InvalidInput("bundle", f"{bundle} is not a current bundle of {r.namespace}")
@@ -211,6 +224,7 @@ class MemoryStore:
         """``renew_all`` answering with each renewed lease, or None for a lost one."""
         out: dict[str, Lease | None] = {}
         with self._lock:
+            now_ms = self._time(now_ms)
             for given in sorted(leases):
                 bundle = canonical_bundle(given).name
                 cur = self._live_lease(bundle, now_ms)
@@ -227,6 +241,7 @@ class MemoryStore:
     def release(self, bundle: BundleRange | str, broker: str, token: int, now_ms: int) -> bool:
         bundle = canonical_bundle(bundle).name
         with self._lock:
+            now_ms = self._time(now_ms)
             cur = self._live_lease(bundle, now_ms)
             if cur is None or cur.broker != broker or cur.token != token:
                 return False
@@ -247,6 +262,7 @@ class MemoryStore:
             raise InvalidInput("destinationBroker", "destination is the source broker")
         bundle = canonical_bundle(bundle).name
         with self._lock:
+            now_ms = self._time(now_ms)
             cur = self._live_lease(bundle, now_ms)
             if cur is None or cur.broker != from_broker or cur.token != token:
                 raise Conflict(f"{bundle}: {from_broker} with token {token} does not hold it")
@@ -261,10 +277,12 @@ class MemoryStore:
     def owner(self, bundle: BundleRange | str, now_ms: int) -> Lease | None:
         bundle = canonical_bundle(bundle).name
         with self._lock:
+            now_ms = self._time(now_ms)
             return self._live_lease(bundle, now_ms)
 
     def owners(self, ns: str, now_ms: int) -> dict[str, Lease]:
         with self._lock:
+            now_ms = self._time(now_ms)
             nb = self._require_ns(ns)
             out = {}
             for b in nb.bundle_names:
@@ -276,6 +294,7 @@ class MemoryStore:
     def owned_by(self, broker: str, now_ms: int) -> dict[str, Lease]:
         """The live leases one broker holds (what RedisStore keeps in ``P:owned:<broker>``)."""
         with self._lock:
+            now_ms = self._time(now_ms)
             return {
                 b: lease
                 for b, lease in sorted(self._leases.items())
@@ -284,6 +303,7 @@ class MemoryStore:
 
     def sweep_expired(self, now_ms: int) -> list[Lease]:
         with self._lock:
+            now_ms = self._time(now_ms)
             self._seen(now_ms)
             gone = [x for x in self._leases.values() if x.expires_at_ms <= now_ms]
             for lease in gone:
@@ -295,6 +315,7 @@ class MemoryStore:
     def lookup(self, topic: str, now_ms: int) -> tuple[str, Lease | None]:
         ns = topic_namespace(topic)
         with self._lock:
+            now_ms = self._time(now_ms)
             bundle = self._require_ns(ns).find_bundle(topic).name
             return bundle, self._live_lease(bundle, now_ms)
 

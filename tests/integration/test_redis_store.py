@@ -11,6 +11,8 @@ import redis
 from controller.redis_store import BrokerNotAlive, RedisStore
 from loadbalance.bundles import FULL_UPPER, check_boundaries
 from loadbalance.errors import Conflict, InvalidInput
+from loadbalance.lease_checker import check_history
+from loadbalance.lease_history import HistoryRecorder
 
 NS = "acme/orders"
 TTL = 30_000
@@ -109,8 +111,11 @@ def test_lookup_maps_topic_to_bundle_and_owner(store) -> None:
 def test_racing_controllers_and_brokers_never_double_own_or_break_the_ring(
     redis_url: str, fresh_redis: redis.Redis
 ) -> None:
-    """Threads acquire, renew, transfer, split, merge and sweep at random against one Redis."""
-    setup = RedisStore(fresh_redis, prefix="race")
+    """Threads acquire, renew, transfer, split, merge and sweep at random against one Redis that
+    judges leases by its own clock; besides the ring's shape after every step, the history the
+    handles recorded must pass the independent checker (no two owners of overlapping ranges)."""
+    recorder = HistoryRecorder()
+    setup = RedisStore(fresh_redis, prefix="race", clock="server", recorder=recorder)
     setup.create_namespace(NS, 8)
     brokers = [f"b{i}" for i in range(5)]
     for b in brokers:
@@ -125,7 +130,9 @@ def test_racing_controllers_and_brokers_never_double_own_or_break_the_ring(
 
     def worker(seed: int) -> None:
         rng = random.Random(seed)
-        s = RedisStore(redis.Redis.from_url(redis_url), prefix="race")
+        s = RedisStore(
+            redis.Redis.from_url(redis_url), prefix="race", clock="server", recorder=recorder
+        )
         held: dict[str, int] = {}
         me = rng.choice(brokers)
         try:
@@ -171,6 +178,11 @@ def test_racing_controllers_and_brokers_never_double_own_or_break_the_ring(
     _check(setup, fresh_redis)
     assert not errors, errors
     assert checks > 0
+    history = recorder.snapshot()
+    violations = check_history(history)
+    assert violations == [], [v.message for v in violations[:5]]
+    kinds = {getattr(e, "kind", "version") for e in history}
+    assert {"acquire", "renew", "transfer", "split", "merge"} <= kinds, kinds
 
 
 def _check(store: RedisStore, client: redis.Redis) -> None:
