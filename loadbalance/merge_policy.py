@@ -15,7 +15,11 @@ by default) this step proposes merging two bundles when all of these hold:
 * hysteresis: the merged bundle would not qualify for a split right away (topics, sessions,
   long-term msg rate and throughput all within the split limits), or merge and split would undo
   each other every cycle;
-* the namespace keeps at least ``defaultNumberOfNamespaceBundles`` bundles.
+* the namespace keeps at least ``defaultNumberOfNamespaceBundles`` bundles;
+* the namespace is not a system service namespace (``is_system_service_namespace``: heartbeat,
+  SLA monitor, ``pulsar/system``). Those bundles belong to one broker by design and Pulsar never
+  reshapes them; the split step leaves them whole for the same reason, so merging them would be
+  the only policy that touched them.
 
 At most ``load_balancer_max_number_of_bundles_to_merge_per_cycle`` merges are proposed per cycle
 (0 turns merging off in practice) and a bundle takes part in at most one. The coldest pairs
@@ -28,6 +32,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loadbalance.bundles import is_system_service_namespace
 from loadbalance.decisions import MERGE, Decision, PolicyResult, Skip, make_decision
 from loadbalance.split_algorithms import MBYTES
 from loadbalance.view import ClusterView
@@ -81,6 +86,8 @@ def _cold_pairs(view: ClusterView, config: LoadBalancerConfig, skips: list[Skip]
     owners = view.owners()
     pairs: list[_Pair] = []
     for ns in sorted(view.namespaces):
+        if is_system_service_namespace(ns):
+            continue
         names = view.namespaces[ns].bundle_names
         for left, right in itertools.pairwise(names):
             owner = owners.get(left)

@@ -37,11 +37,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from loadbalance.bundles import BundleRange, bundle_namespace, parse_bundle
+from loadbalance.bundles import (
+    BundleRange,
+    bundle_namespace,
+    is_system_service_bundle,
+    parse_bundle,
+)
 from loadbalance.decisions import SPLIT, Decision, PolicyResult, Skip, make_decision
 from loadbalance.errors import InvalidBundle
 from loadbalance.model import NamespaceBundleStats
-from loadbalance.shedding.system_namespaces import is_system_bundle
 from loadbalance.split_algorithms import (
     FLOW_OR_QPS_EQUALLY_DIVIDE,
     MBYTES,
@@ -139,7 +143,7 @@ def _hot_bundles(view: ClusterView, config: LoadBalancerConfig) -> tuple[list[_H
                 or stats.consumer_count + stats.producer_count > sessions_limit
                 or rate > max_rate
                 or thr > max_bytes
-            ) and not is_system_bundle(bundle):  # heartbeat / SLA bundles stay whole
+            ) and not is_system_service_bundle(bundle):  # heartbeat / SLA bundles stay whole
                 candidates.append((bundle, stats, rate, thr))
     hot: list[_Hot] = []
     if candidates:

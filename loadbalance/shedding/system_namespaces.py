@@ -7,32 +7,16 @@ own topics. Pulsar's ``NamespaceService.isSystemServiceNamespace`` names them, a
 ``TopKBundles`` leaves them out of the top-bundles report, so ``TransferShedder`` never sees
 them; the modular shedders skip them too, and bundle split/merge never picks them, because
 moving a heartbeat namespace off its broker breaks that broker's health check.
+
+The one definition lives in ``loadbalance.bundles`` (which also parses the v1 heartbeat and
+SLA-monitor bundle names); the names here are the shedders' spelling of it, kept so that a
+bundle counts as "system" in exactly the same cases for shedding, splitting and merging.
 """
 
 from __future__ import annotations
 
-import re
+from loadbalance.bundles import SYSTEM_NAMESPACE
+from loadbalance.bundles import is_system_service_bundle as is_system_bundle
+from loadbalance.bundles import is_system_service_namespace as is_system_namespace
 
-SYSTEM_NAMESPACE = "pulsar/system"
-HEARTBEAT_NAMESPACE_PATTERN = re.compile(r"pulsar/[^/]+/([^:]+:\d+)")
-HEARTBEAT_NAMESPACE_PATTERN_V2 = re.compile(r"pulsar/([^:]+:\d+)")
-SLA_NAMESPACE_PATTERN = re.compile(r"sla-monitor/[^/]+/([^:]+:\d+)")
-
-
-def is_system_namespace(namespace: str) -> bool:
-    """``NamespaceService.isSystemServiceNamespace`` (whole-string matches, as Java's
-    ``Matcher.matches``)."""
-    return (
-        namespace == SYSTEM_NAMESPACE
-        or SLA_NAMESPACE_PATTERN.fullmatch(namespace) is not None
-        or HEARTBEAT_NAMESPACE_PATTERN.fullmatch(namespace) is not None
-        or HEARTBEAT_NAMESPACE_PATTERN_V2.fullmatch(namespace) is not None
-    )
-
-
-def is_system_bundle(bundle: str) -> bool:
-    """Whether a bundle name (``<namespace>/<range>``) lies in a system namespace. A cheap
-    prefix test comes first: this runs for every bundle of a shedding broker."""
-    if not (bundle.startswith("pulsar/") or bundle.startswith("sla-monitor/")):
-        return False
-    return is_system_namespace(bundle.rpartition("/")[0])
+__all__ = ["SYSTEM_NAMESPACE", "is_system_bundle", "is_system_namespace"]

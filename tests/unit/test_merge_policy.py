@@ -169,3 +169,35 @@ def test_merge_decisions_are_deterministic() -> None:
     ns = NamespaceBundles.initial(NS, 8)
     view = view_of(ns, dict.fromkeys(ns.bundle_names, "a"))
     assert [d.id for d in run(view).decisions] == [d.id for d in run(view).decisions]
+
+
+SYSTEM_NAMESPACES = (
+    "pulsar/broker-1.example.com:8080",  # heartbeat, v2
+    "pulsar/use/broker-1.example.com:8080",  # heartbeat, v1
+    "sla-monitor/use/broker-1.example.com:8080",
+    "pulsar/system",
+)
+
+
+def test_system_service_namespaces_are_never_merged() -> None:
+    """Cold adjacent same-owner bundles of a heartbeat / SLA-monitor / ``pulsar/system``
+    namespace stay apart, while an ordinary namespace beside them in the same view merges."""
+    namespaces = {ns: NamespaceBundles.initial(ns, 4) for ns in (*SYSTEM_NAMESPACES, NS)}
+    base = view_of(namespaces[NS], dict.fromkeys(namespaces[NS].bundle_names, "a"))
+    owned = [b for nb in namespaces.values() for b in nb.bundle_names]
+    report = LocalBrokerData(
+        broker="a",
+        bundles=frozenset(owned),
+        last_stats={b: NamespaceBundleStats(topics=2) for b in owned},
+    )
+    view = ClusterView(
+        brokers={"a": BrokerView(report, 0.1, 0.0, TimeAverageBrokerData(), 0)},
+        bundle_data={b: data() for b in owned},
+        namespaces=namespaces,
+        recently_unloaded=base.recently_unloaded,
+    )
+    result = run(view)
+    merged = {d.bundle.rpartition("/")[0] for d in result.decisions if d.kind == MERGE}
+    assert merged == {NS}
+    touched = {d.bundle for d in result.decisions} | {d.merge_bundle for d in result.decisions}
+    assert not any(b.startswith(("pulsar/", "sla-monitor/")) for b in touched)
