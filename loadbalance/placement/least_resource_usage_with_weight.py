@@ -9,16 +9,18 @@ extensible load manager's default selection strategy works the same way):
   same number ThresholdShedder sheds on, so placement and shedding agree on what "loaded" means.
 * Like Pulsar, a broker that serves no bundle or reports no messages is judged on its current
   reading instead of its history, so a restarted broker looks empty at once.
-* ``avg`` is the mean usage over the candidates; the best brokers are those with
-  ``usage + d <= avg``, ``d = loadBalancerAverageResourceUsageDifferenceThresholdPercentage / 100``;
-  one of them is chosen at random (seeded ``rng``); if none qualifies, any candidate is.
+* ``avg`` is the mean usage over the candidates that have load data (are in the view); the best
+  brokers are those with ``usage + d <= avg``,
+  ``d = loadBalancerAverageResourceUsageDifferenceThresholdPercentage / 100``; one of them is
+  chosen at random (seeded ``rng``); if none qualifies, any candidate is, including one without
+  load data (the extensible strategy's "no load data" brokers: a broker that has just joined).
 
 Known weakness (PIP-364): the random fallback ignores load entirely. With usages
 40, 40, 40, 40, 69, 70 (avg 49.8) and ``d = 10`` no broker qualifies, so a bundle unloaded from the
 69 % broker can be placed on the 70 % one. Faithful to Pulsar, preallocated bundles are not
 counted: a bundle's message rate cannot be turned into a resource-usage increase, so every bundle
 placed in one cycle sees the same scores (they spread at random over the best set rather than
-herding on one broker). Candidates missing from the view are ignored. Stateless.
+herding on one broker). Stateless.
 """
 
 from __future__ import annotations
@@ -64,11 +66,16 @@ class LeastResourceUsageWithWeight:
         rng: random.Random,
         state: Any,
     ) -> tuple[Any, str | None]:
-        known = sorted(c for c in set(candidates) if c in view.brokers)
-        if not known:
+        everyone = sorted(set(candidates))
+        if not everyone:
             return state, None
-        usage = {c: placement_usage(view.brokers[c], config) for c in known}
-        avg = sum(usage.values()) / len(known)
-        diff = config.load_balancer_average_resource_usage_difference_threshold_percentage / 100.0
-        best = [c for c in known if usage[c] + diff <= avg] or known
+        known = [c for c in everyone if c in view.brokers]
+        best: list[str] = []
+        if known:
+            usage = {c: placement_usage(view.brokers[c], config) for c in known}
+            avg = sum(usage.values()) / len(known)
+            pct = config.load_balancer_average_resource_usage_difference_threshold_percentage
+            diff = pct / 100.0
+            best = [c for c in known if usage[c] + diff <= avg]
+        best = best or everyone
         return state, best[rng.randrange(len(best))]

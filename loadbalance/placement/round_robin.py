@@ -1,14 +1,18 @@
 """RoundRobinBrokerSelector: hand bundles to the candidates in turn.
 
 Mirrors Pulsar's ``org.apache.pulsar.broker.loadbalance.impl.RoundRobinBrokerSelector``: a counter
-that grows by one per selection, taken modulo the number of candidates. Pulsar keeps the counter
-in an ``AtomicInteger`` inside the strategy object; here it is the strategy state (an ``int``,
-``None`` meaning 0) that the caller persists across cycles, so a restart or an offline replay
-continues the rotation where it stopped.
+that grows by one per selection, taken modulo the number of candidates, and wraps from
+``Integer.MAX_VALUE`` to 0 as Pulsar's ``AtomicInteger`` update does (so a replay of a long-lived
+counter names the same brokers). Pulsar keeps the counter inside the strategy object; here it is
+the strategy state (an ``int``, ``None`` meaning 0) that the caller persists across cycles, so a
+restart or an offline replay continues the rotation where it stopped.
 
-Deviation: candidates are sorted before indexing (Pulsar indexes the candidate set's iteration
-order), so the same counter always names the same broker. Load, overload and preallocation are
-ignored by design: this strategy is for tests and for operators who want a predictable spread.
+Deviation: candidates are sorted before indexing. Pulsar indexes a cached copy of the candidate
+set's iteration order, refreshed when the set's size changes or the cached pick is no longer a
+candidate, so the order it rotates in depends on hash-set order; sorted, the same counter always
+names the same broker (with sorted candidate sets the two agree). Load, overload and
+preallocation are ignored by design: this strategy is for tests and for operators who want a
+predictable spread.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
+
+JAVA_INT_MAX = 2**31 - 1
 
 
 class RoundRobinBrokerSelector:
@@ -44,4 +50,5 @@ class RoundRobinBrokerSelector:
         ordered = sorted(set(candidates))
         if not ordered:
             return counter, None
-        return counter + 1, ordered[counter % len(ordered)]
+        following = 0 if counter >= JAVA_INT_MAX else counter + 1
+        return following, ordered[counter % len(ordered)]
