@@ -124,6 +124,30 @@ HOSTILE_JSON = st.recursive(
                                                                   max_size=4),
     max_leaves=16,
 )  # fmt: skip
+# Per field, values at the edges of what it accepts: bounds, look-alike types, near-valid text.
+_TEXT_EDGES = ["", "x" * 256, "x" * 257, "\ud800", 5, None]
+_BROKER_EDGES = ["", "b1", "b2", "x" * 1025, "\ud800", 7]
+FIELD_EDGES = {
+    "schemaVersion": [0, 2, True, 1.0, "1", None],
+    "kind": ["", "SPLIT", "teleport", 1, None],
+    "bundle": ["t/ns/0x00000000_0x80000000\n", "T/ns/0x0000000A_0x8000000B",
+               "t/ns/0x80000000_0x00000000", "t/ns/0x00000000_0x1ffffffff", "t/ns", "",
+               "t/n s/0x00000000_0x80000000"],
+    "id": ["", "x" * 7, "x" * 8, "x" * 128, "x" * 129, "abcdefgh\n", "\ud800abcdefgh", 12345678],
+    "decidedAtMs": [-1, 0, 2**63 - 1, 2**63, 2**64, True, 1.5, "5"],
+    "sourceBroker": _BROKER_EDGES,
+    "destinationBroker": _BROKER_EDGES,
+    "cycle": _TEXT_EDGES,
+    "reason": _TEXT_EDGES,
+    "strategy": _TEXT_EDGES,
+    "splitAlgorithm": _TEXT_EDGES,
+    "mergeBundle": ["t/ns/0x80000000_0xffffffff", "acme/prod/0x00000000_0x80000000",
+                    "t/ns/0x00000000_0x80000000", "t/ns/0x00000000_0x40000000", ""],
+    "splitBoundaries": [[], ["0x00000000"], ["0xffffffff"], ["0x40000000", "0x40000000"],
+                        [1073741824], [True], ["zz"], "0x40000000", [2**40], [None]],
+    "inputs": [{"a": [1]}, {"a": {"b": 1}}, {"\ud800": 1}, {f"k{i}": i for i in range(257)},
+               [], {"a": None, "b": 1.5}],
+}  # fmt: skip
 NAMESPACES = ("t/ns", "acme/prod")
 FIELDS = ("schemaVersion", "kind", "bundle", "id", "decidedAtMs", "sourceBroker",
           "destinationBroker", "cycle", "reason", "strategy", "splitAlgorithm", "mergeBundle",
@@ -173,8 +197,9 @@ def _check_decoded(d: object) -> None:
     assert list(d.split_boundaries) == sorted(set(d.split_boundaries))
     assert all(type(b) is int and r.lower < b < r.upper for b in d.split_boundaries)
     assert (d.kind != SPLIT) or d.split_boundaries
-    for v in (d.source_broker, d.destination_broker, d.merge_bundle, d.split_algorithm):
+    for v in (d.source_broker, d.destination_broker, d.merge_bundle):
         assert v is None or (isinstance(v, str) and v)
+    assert d.split_algorithm is None or isinstance(d.split_algorithm, str)
     if d.kind == TRANSFER:
         assert d.destination_broker is not None and d.destination_broker != d.source_broker
     if d.merge_bundle is not None:
@@ -196,7 +221,11 @@ def test_valid_decisions_of_every_kind_decode(doc: dict) -> None:
 @given(
     valid_decision_docs(),
     st.lists(
-        st.tuples(st.sampled_from(FIELDS), st.one_of(st.just(_DROP), HOSTILE_JSON)),
+        st.sampled_from(FIELDS).flatmap(
+            lambda f: st.tuples(
+                st.just(f), st.just(_DROP) | st.sampled_from(FIELD_EDGES[f]) | HOSTILE_JSON
+            )
+        ),
         min_size=1,
         max_size=3,
     ),
