@@ -218,6 +218,14 @@ class LoadBalancerConfig(BaseModel):
         alias="loadBalancerBrokerOverloadedThresholdPercentage",
         **_PCT,
     )
+    load_balancer_balanced_max_over_mean: float = _f(
+        1.10,
+        "Ours: the cluster counts as balanced while the busiest broker's usage is at most this "
+        "multiple of the mean usage (Cruise Control's default balance threshold); used by the "
+        "run summary, the balance scoreboard and lbctl monitor, never by a policy.",
+        alias="loadBalancerBalancedMaxOverMean",
+        ge=1,
+    )
     load_balancer_history_resource_percentage: float = _f(
         0.9,
         "Weight of history in the broker usage average, 0..1.",
@@ -711,7 +719,17 @@ RECOGNISED_PULSAR_KEYS = {
     ),
     "loadBalancerDebugModeEnabled": (
         "Pulsar's verbose load-manager logging. Here every decision carries its inputs and "
-        "reason, and logging is set per command (--log-level where offered)"
+        "reason, and logging is set with lbctl --log-level DEBUG"
+    ),
+    "loadBalancerResourceQuotaUpdateIntervalMinutes": (
+        "how often Pulsar's leader writes bundle data and time averages to the metadata store. "
+        "Here the streaming job keeps them in its checkpointed state and writes the load "
+        "snapshot to Redis every batch"
+    ),
+    "loadBalancerServiceUnitStateTombstoneDelayTimeInSeconds": (
+        "the extensible manager's delay before tombstoning split parents in its service-unit "
+        "state channel. Here ownership is Redis leases and a split replaces its parent in one "
+        "atomic script, so nothing is left to tombstone"
     ),
     "preferLaterVersions": (
         "Pulsar's BrokerVersionFilter (place on the newest broker version first). Not "

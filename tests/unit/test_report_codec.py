@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadbalance.bundles import is_system_service_bundle, parse_bundle
 from loadbalance.errors import InvalidReport
 from loadbalance.model import (
     BUNDLE_SKIPPED,
@@ -23,8 +24,10 @@ from loadbalance.report_codec import (
     MAX_USAGE_OVER_LIMIT,
     decode_report,
     encode_report,
+    load_report_document,
     report_to_dict,
 )
+from loadbalance.report_columns import _fast_columns, columns_from_report, decode_report_columns
 
 BUNDLE = "public/default/0x00000000_0x40000000"
 
@@ -296,3 +299,75 @@ def test_threshold_shedder_test_memory_5000_of_100_is_ignored_other_readings_cou
 def test_bundle_stats_sums() -> None:
     s = NamespaceBundleStats(1, 2, 3, 4, 5, 6, 7)
     assert (s.msg_rate, s.msg_throughput, s.sessions) == (3, 7, 13)
+
+
+def test_pulsar_system_namespaces_are_accepted_flagged_and_counted_like_any_bundle() -> None:
+    """Every broker owns its heartbeat namespace (v1 ``pulsar/<cluster>/<host:port>``, v2
+    ``pulsar/<host:port>``) and may own ``sla-monitor/<cluster>/<host:port>``
+    (``NamespaceService``'s patterns); they appear in real ``bundles``/``lastStats``."""
+    system = [
+        "pulsar/us-west/broker-1.example:8080/0x00000000_0xffffffff",
+        "pulsar/broker-1.example:8080/0x00000000_0xffffffff",
+        "sla-monitor/us-west/broker-1.example:8080/0x00000000_0xffffffff",
+        "pulsar/system/0x00000000_0x40000000",
+    ]
+    doc = json.loads(json.dumps(REAL_REPORT))
+    doc["bundles"] += system
+    for name in system:
+        doc["lastStats"][name] = {"msgRateIn": 1.0, "topics": 1}
+    r = decode_report(json.dumps(doc), "b1")
+    assert r.issues == () and r.bundles == {BUNDLE, *system}
+    assert {b for b in r.bundles if parse_bundle(b).is_system_service} == set(system)
+    assert all(is_system_service_bundle(b) for b in system)
+    assert not parse_bundle(BUNDLE).is_system_service
+    # the columnar fast path takes such a report as it is (a real broker's report always
+    # carries its heartbeat bundle), with the codec's result
+    assert _fast_columns(load_report_document(json.dumps(doc)), "b1") is not None
+    assert decode_report_columns(json.dumps(doc), "b1") == columns_from_report(r)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tenant/cluster/ns/0x00000000_0xffffffff",  # an ordinary v1 namespace: not supported
+        "pulsar/us-west/broker-1:http/0x00000000_0xffffffff",  # no port
+        "sla-monitor/us-west/a/b:80/0x00000000_0xffffffff",  # five parts
+    ],
+)
+def test_other_three_part_namespaces_are_skipped_not_fatal(name: str) -> None:
+    doc = json.loads(json.dumps(REAL_REPORT))
+    doc["bundles"].append(name)
+    r = decode_report(json.dumps(doc), "b1")
+    assert r.bundles == {BUNDLE}
+    assert [(i.kind, i.field) for i in r.issues] == [(BUNDLE_SKIPPED, "bundles[1]")]
+
+
+def test_simple_load_report_bundle_stats_are_read_and_its_totals_summed() -> None:
+    """``LoadReport``'s getters sum its ``bundleStats``; its written ``msgThroughputIn`` is the
+    msg rate (a Pulsar getter bug), so the codec sums the stats instead."""
+    other = "public/default/0x40000000_0x80000000"
+    doc = {
+        "name": "broker-9:8080",
+        "loadReportType": "LoadReport",
+        "timestamp": 1700000000000,
+        "msgThroughputIn": 7.0,  # really msgRateIn
+        "systemResourceUsage": {"cpu": {"usage": 100.0, "limit": 400.0}},
+        "cpu": {"usage": 1.0, "limit": 2.0},  # Jackson's top-level copy: not used when nested
+        "bundleStats": {
+            BUNDLE: {"msgRateIn": 3.0, "msgThroughputIn": 300.0, "topics": 2, "producerCount": 1},
+            other: {"msgRateIn": 4.0, "msgThroughputIn": 400.0, "topics": 5, "consumerCount": 3},
+        },
+    }
+    r = decode_report(json.dumps(doc))
+    assert (r.broker, r.report_type, r.last_update_ms) == (
+        "broker-9:8080",
+        "LoadReport",
+        1700000000000,
+    )
+    assert r.bundles == {BUNDLE, other} and r.num_bundles == 2
+    assert (r.msg_rate_in, r.msg_throughput_in) == (7.0, 700.0)
+    assert (r.num_topics, r.num_consumers, r.num_producers) == (7, 3, 1)
+    assert r.cpu == ResourceUsage(100.0, 400.0)
+    # re-encoded as LocalBrokerData, re-read with its kind kept
+    again = decode_report(encode_report(r), r.broker)
+    assert again.report_type == "LoadReport" and again.last_stats == r.last_stats

@@ -707,6 +707,8 @@ def _old_rows(value: bytes | None, key: bytes | None, offset: int, ts: int) -> l
     broker = report.broker
     doc = report_to_dict(report)
     del doc["lastStats"]
+    if report.issue_counts:  # what the codec ignored rides along, for the driver to count
+        doc["reportIssues"] = dict(report.issue_counts)
     rows: list[tuple] = [
         (
             BROKER_PREFIX + broker,
