@@ -1,0 +1,281 @@
+"""Mutation harness for the ownership guards: every named mutant must be killed by a test.
+
+Usage::
+
+    python -m tests.safety.run_mutants [--only NAME ...] [--json] [--jobs 1|2] [--guard-tests]
+
+For each mutant of ``tests.safety.mutants``: copy the repository's files (``git ls-files``,
+tracked plus untracked-but-not-ignored, as they are in the work tree) to a temporary folder,
+apply the mutant there, and run that mutant's tests with ``python -m pytest -x -q`` whose
+working directory is the copy, so the copy's packages are imported, not the editable install
+of the work tree (``tests.safety.pin_copy`` checks every loaded project module and stops the
+run otherwise). Before the mutants, the unmutated copy runs every selected test once and must
+pass, or the table would mean nothing.
+
+Each mutated copy is first imported in a short preflight that prints where
+``controller.redis_store`` came from and loads (``SCRIPT LOAD``, compile only) every ``_LUA_*``
+script into a Redis started for the harness, so a mutant that breaks the Lua syntax is reported
+as an error instead of counting as killed. A run whose pytest exits 1 with a failed or errored
+test kills the mutant; exit 0 means it survived; anything else (collection error, import
+outside the copy, timeout) is an error. The harness prints the kill table and exits 1 if any
+mutant survived or errored, 2 if the table or the unmutated run is broken.
+
+Only in-process tests belong in a mutant's list: tests that spawn ``lbctl`` subprocesses
+import the installed package, not the copy. ``--guard-tests`` runs each mutant against its own
+test in ``tests/safety/test_guards.py`` alone, to show that test kills it without help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tests.safety.mutants import MUTANTS, Mutant, MutantRot, by_name, check_table
+from tests.safety.pin_copy import WHERE_TAG
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_JOBS = 2  # the machine has two cores shared with other work
+RUN_TIMEOUT_S = 300.0
+PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "-p", "tests.safety.pin_copy")
+_FAILED_RE = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+
+# Runs in the copy: imports the stores from there, says from where, and compiles every Lua
+# script of the (possibly mutated) redis_store without running it.
+_PREFLIGHT = """
+import sys
+from pathlib import Path
+import redis
+import controller.memory_store, controller.recovery
+import controller.redis_store as m
+where = Path(m.__file__).resolve()
+print(where)
+if not where.is_relative_to(Path.cwd().resolve()):
+    sys.exit(f"controller.redis_store imported from {where}, outside the copy")
+client = redis.Redis.from_url(sys.argv[1])
+for name, text in sorted(vars(m).items()):
+    if name.startswith("_LUA_") and isinstance(text, str):
+        try:
+            client.script_load(text)
+        except redis.ResponseError as e:
+            sys.exit(f"{name} does not compile: {e}")
+"""
+
+
+@dataclass
+class Result:
+    """How one run ended: ``killed``, ``survived`` or ``error`` (``baseline`` must pass)."""
+
+    mutant: str
+    guard: str
+    status: str
+    killed_by: str
+    seconds: float
+    where: str = ""
+    detail: str = ""
+
+
+def repo_files(root: Path) -> list[str]:
+    """The files a fresh clone would have, plus new files not yet committed (not ignored)."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    return sorted({f for f in out.split("\0") if f and (root / f).is_file()})
+
+
+def copy_repo(root: Path, files: Sequence[str], dest: Path) -> None:
+    for f in files:
+        target = dest / f
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / f, target)
+
+
+def _env(copy: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env["SAFETY_COPY_ROOT"] = str(copy)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_copy(copy: Path, tests: Sequence[str], lua_redis_url: str, name: str, guard: str) -> Result:
+    """Preflight and pytest in ``copy``; the result as the kill table reports it."""
+    start = time.monotonic()
+    env = _env(copy)
+    pre = subprocess.run(
+        [sys.executable, "-c", _PREFLIGHT, lua_redis_url],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    where = pre.stdout.strip().splitlines()[-1] if pre.stdout.strip() else ""
+    if pre.returncode != 0:
+        return Result(name, guard, "error", "", time.monotonic() - start, where,
+                      "preflight: " + _tail(pre.stderr or pre.stdout, 5))  # fmt: skip
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return Result(name, guard, "error", "", time.monotonic() - start, where,
+                      f"timed out after {RUN_TIMEOUT_S:.0f} s")  # fmt: skip
+    seconds = time.monotonic() - start
+    out = run.stdout + run.stderr
+    pinned = [ln for ln in out.splitlines() if ln.startswith(WHERE_TAG)]
+    if pinned:
+        where = pinned[0].split("=", 1)[1]
+    if run.returncode == 0:
+        return Result(name, guard, "survived", "", seconds, where)
+    failed = _FAILED_RE.search(out)
+    if run.returncode == 1 and failed:
+        return Result(name, guard, "killed", failed.group(2), seconds, where)
+    return Result(name, guard, "error", "", seconds, where,
+                  f"pytest exit {run.returncode}: {_tail(out)}")  # fmt: skip
+
+
+def run_mutant(
+    m: Mutant, files: Sequence[str], tmp: Path, lua_redis_url: str, guard_tests: bool
+) -> Result:
+    copy = tmp / m.name
+    copy_repo(REPO, files, copy)
+    try:
+        m.apply(copy)
+        return run_copy(copy, m.guard_tests if guard_tests else m.tests, lua_redis_url,
+                        m.name, m.guard)  # fmt: skip
+    except MutantRot as e:
+        return Result(m.name, m.guard, "error", "", 0.0, detail=str(e))
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def _short(test_id: str) -> str:
+    """``tests/integration/test_x.py::test_y[redis]`` -> ``test_x.py::test_y[redis]``."""
+    file, _, test = test_id.partition("::")
+    return f"{file.rsplit('/', 1)[-1]}::{test}"
+
+
+def format_table(results: Sequence[Result]) -> str:
+    rows = [("mutant", "guard", "result", "killed by", "s")]
+    for r in results:
+        detail = r.detail.splitlines()[0] if r.detail else ""
+        killer = _short(r.killed_by) if r.killed_by else detail
+        status = r.status if r.status == "killed" else r.status.upper()
+        rows.append((r.mutant, r.guard, status, killer, f"{r.seconds:.1f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join([*(row[i].ljust(widths[i]) for i in range(4)), row[4].rjust(5)]) for row in rows
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.safety.run_mutants", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this mutant (repeatable; comma-separated names work)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--jobs", type=int, default=MAX_JOBS, choices=range(1, MAX_JOBS + 1))
+    parser.add_argument(
+        "--guard-tests",
+        action="store_true",
+        help="run each mutant against its own test in test_guards.py only",
+    )
+    args = parser.parse_args(argv)  # fmt: skip
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    try:
+        check_table(REPO)
+    except MutantRot as e:
+        say(f"broken mutant table: {e}")
+        return 2
+    names = by_name()
+    wanted = [n for opt in args.only for n in opt.split(",") if n]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        say(f"unknown mutant(s) {unknown}; known: {', '.join(names)}")
+        return 2
+    selected = [names[n] for n in wanted] if wanted else list(MUTANTS)
+    started = time.monotonic()
+    files = repo_files(REPO)
+
+    from infra.embedded import EmbeddedRedis
+
+    with tempfile.TemporaryDirectory(prefix="lb-mutants-") as tmp_name:
+        tmp = Path(tmp_name)
+        with EmbeddedRedis(tmp / "logs") as lua_redis:
+            every_test = list(dict.fromkeys(
+                t for m in selected for t in (m.guard_tests if args.guard_tests else m.tests)
+            ))  # fmt: skip
+            base_copy = tmp / "unmutated"
+            copy_repo(REPO, files, base_copy)
+            baseline = run_copy(base_copy, every_test, lua_redis.url, "(unmutated)",
+                                f"all {len(every_test)} selected tests must pass")  # fmt: skip
+            shutil.rmtree(base_copy, ignore_errors=True)
+            say(f"unmutated copy: {baseline.status} in {baseline.seconds:.1f} s, "
+                f"controller.redis_store from {baseline.where}")  # fmt: skip
+            if baseline.status != "survived":
+                say(f"the unmutated copy must pass: {baseline.killed_by} {baseline.detail}")
+                return 2
+            baseline.status = "passed"
+            results: list[Result] = []
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                futures = [
+                    pool.submit(run_mutant, m, files, tmp, lua_redis.url, args.guard_tests)
+                    for m in selected
+                ]
+                for i, fut in enumerate(futures):
+                    r = fut.result()
+                    results.append(r)
+                    if i == 0:
+                        say(f"first mutant's copy: controller.redis_store from {r.where}")
+                    say(f"{r.mutant}: {r.status} {r.killed_by} ({r.seconds:.1f} s)")
+    wall = time.monotonic() - started
+    bad = [r for r in results if r.status != "killed"]
+    if args.json:
+        doc = {"wall_seconds": round(wall, 1), "baseline": asdict(baseline),
+               "mutants": [asdict(r) for r in results], "ok": not bad}  # fmt: skip
+        print(json.dumps(doc, indent=2))
+    else:
+        print()
+        print(format_table(results))
+        print()
+        killed = len(results) - len(bad)
+        print(f"{killed}/{len(results)} mutants killed in {wall:.1f} s wall "
+              f"({args.jobs} at a time; unmutated run {baseline.seconds:.1f} s)")  # fmt: skip
+        for r in bad:
+            print(f"{r.status.upper()}: {r.mutant} ({r.guard}) {r.detail}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
