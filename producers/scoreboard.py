@@ -30,10 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadbalance.config import LoadBalancerConfig
 from producers.fast_sim import SimRun, simulate
 from producers.scenarios import ADD_BROKERS, CRASH, REMOVE_BROKERS, RESTART, load_scenario
 
-BALANCE_RATIO = 1.10
+BALANCE_RATIO = LoadBalancerConfig().load_balancer_balanced_max_over_mean  # one value: the knob
 HOLD_CYCLES = 5
 _IMPL = "org.apache.pulsar.broker.loadbalance.impl."
 _EXT = "org.apache.pulsar.broker.loadbalance.extensions.scheduler."
