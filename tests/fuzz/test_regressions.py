@@ -67,17 +67,23 @@ def test_encoded_and_escaped_surrogates_are_refused() -> None:
 
 
 def test_bundle_name_with_a_trailing_newline_is_refused() -> None:
-    with pytest.raises(InvalidReport, match="unprintable"):
-        decode_report(_report(bundles=["acme/orders\n/0x00000000_0x40000000"]))
+    # a report skips the name (and names it); the rest of the report stands
+    r = decode_report(_report(bundles=["acme/orders\n/0x00000000_0x40000000"]))
+    assert r.bundles == {B0}
+    assert "unprintable" in r.issues[0].reason
     with pytest.raises(InvalidDecision, match="unprintable"):
         decode_decision(_decision(bundle="acme/orders\n/0x00000000_0x40000000"))
 
 
 def test_reasons_of_huge_records_are_capped() -> None:
     name = f"{NS}/" + "x" * 500_000
+    (issue,) = decode_report(_report(lastStats={name: {}}), "k").issues
+    assert len(issue.reason) <= MAX_REASON_CHARS and len(issue.field) <= MAX_REASON_CHARS
+    long_ns = "acme/" + "x" * 500_000  # a refusal naming two such bundles is capped too
+    overlapping = [f"{long_ns}/0x00000000_0x40000000", f"{long_ns}/0x20000000_0x60000000"]
     with pytest.raises(InvalidReport) as e:
-        decode_report(_report(lastStats={name: {}}), "k")
-    assert len(e.value.reason) <= MAX_REASON_CHARS and len(e.value.field) <= MAX_REASON_CHARS
+        decode_report(_report(bundles=overlapping), "k")
+    assert "chars in all" in e.value.reason and len(e.value.reason) <= MAX_REASON_CHARS
 
 
 def test_schema_version_true_is_not_version_1() -> None:
