@@ -100,8 +100,11 @@ return first
 
 
 def _stream_entry(d: Decision, outcome: Outcome, now_ms: int) -> list[str]:
+    """``reason`` is the outcome's; ``decisionReason`` and the brokers say why the policy asked
+    (``lbctl monitor`` shows both). ``outcome`` stays the fourth item: the record script sets it."""
     return ["id", d.id, "outcome", outcome.outcome, "reason", outcome.reason, "kind", d.kind,
-            "bundle", d.bundle, "atMs", str(now_ms)]  # fmt: skip
+            "bundle", d.bundle, "atMs", str(now_ms), "decisionReason", d.reason,
+            "source", d.source_broker or "", "destination", d.destination_broker or ""]  # fmt: skip
 
 
 def _record(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> Outcome:
