@@ -6,7 +6,9 @@ of its namespace whose outbound throughputs are (1, 2), (1, 3), (2, 4), (2, 6) a
 MB/s (decimal, as Pulsar writes them), a report throughput of 1 B/s in plus the bundles' sum
 out, and ``loadBalancerSheddingConditionHitCountThreshold = 0`` as Pulsar's ``getContext``
 sets. Pulsar's test runs in debug mode, where a swap's gain is subtracted from the traffic
-marked to offload, which this shedder always does.
+marked to offload, which this shedder always does. Bundle names are written canonically
+(lower-case hex, as the report codec and ``make_decision`` spell them); Pulsar's test writes
+``0x0FFFFFFF``.
 
 Not ported (policies this model does not hold): ``testBundlesWithIsolationPolicies``,
 ``testBundlesWithAntiAffinityGroup``, ``testFilterHasException``,
@@ -38,11 +40,11 @@ HIT0 = {"loadBalancerSheddingConditionHitCountThreshold": 0}
 SETUP_LOAD_AVG = 0.36400000000000005
 SETUP_LOAD_STD = 0.3982762860126121
 
-D1 = "my-tenant/my-namespaceD/0x00000000_0x0FFFFFFF"
-D2 = "my-tenant/my-namespaceD/0x0FFFFFFF_0xFFFFFFFF"
-E1 = "my-tenant/my-namespaceE/0x00000000_0x0FFFFFFF"
-E2 = "my-tenant/my-namespaceE/0x0FFFFFFF_0xFFFFFFFF"
-C1 = "my-tenant/my-namespaceC/0x00000000_0x0FFFFFFF"
+D1 = "my-tenant/my-namespaceD/0x00000000_0x0fffffff"
+D2 = "my-tenant/my-namespaceD/0x0fffffff_0xffffffff"
+E1 = "my-tenant/my-namespaceE/0x00000000_0x0fffffff"
+E2 = "my-tenant/my-namespaceE/0x0fffffff_0xffffffff"
+C1 = "my-tenant/my-namespaceC/0x00000000_0x0fffffff"
 
 
 def b(n: int) -> str:
@@ -52,15 +54,15 @@ def b(n: int) -> str:
 def two_bundles(ns: str, load1: float, load2: float) -> dict:
     """``getTopBundlesLoad(prefix, load1, load2)``."""
     return {
-        f"my-tenant/{ns}/0x00000000_0x0FFFFFFF": thr_out(load1),
-        f"my-tenant/{ns}/0x0FFFFFFF_0xFFFFFFFF": thr_out(load2),
+        f"my-tenant/{ns}/0x00000000_0x0fffffff": thr_out(load1),
+        f"my-tenant/{ns}/0x0fffffff_0xffffffff": thr_out(load2),
     }
 
 
 def five_bundles(ns: str, *loads: float) -> dict:
     """``getTopBundlesLoad(prefix, load1, ..., load5)``."""
-    ranges = ["0x00000000_0x1FFFFFFF", "0x1FFFFFFF_0x2FFFFFFF", "0x2FFFFFFF_0x3FFFFFFF"]
-    ranges += ["0x3FFFFFFF_0x4FFFFFFF", "0x4FFFFFFF_0x5FFFFFFF"]
+    ranges = ["0x00000000_0x1fffffff", "0x1fffffff_0x2fffffff", "0x2fffffff_0x3fffffff"]
+    ranges += ["0x3fffffff_0x4fffffff", "0x4fffffff_0x5fffffff"]
     return {f"my-tenant/{ns}/{r}": thr_out(x) for r, x in zip(ranges, loads, strict=True)}
 
 
@@ -164,7 +166,7 @@ def test_single_top_bundles_load_data() -> None:
     """TransferShedderTest.testSingleTopBundlesLoadData"""
     brokers = setup_brokers()
     for n, (ns, x) in enumerate([("A", 1), ("B", 2), ("C", 6), ("D", 10), ("E", 70)], start=1):
-        bundles = {f"my-tenant/my-namespace{ns}/0x00000000_0x0FFFFFFF": thr_out(x)}
+        bundles = {f"my-tenant/my-namespace{ns}/0x00000000_0x0fffffff": thr_out(x)}
         brokers[b(n)] = replace(brokers[b(n)], bundles=bundles, thr_out=brokers[b(n)].thr_out)
     # the report throughput stays what getCpuLoad computed before the top bundles changed
     for n, (_, _, x, y) in SETUP.items():
@@ -241,13 +243,13 @@ def test_unload_bundles_greater_than_target_throughput() -> None:
     a = "my-tenant/my-namespaceA/"
     bb = "my-tenant/my-namespaceB/"
     assert moves(res) == {
-        (b(2), bb + "0x00000000_0x1FFFFFFF", b(1)),
-        (b(2), bb + "0x1FFFFFFF_0x2FFFFFFF", b(1)),
-        (b(2), bb + "0x2FFFFFFF_0x3FFFFFFF", b(1)),
-        (b(1), a + "0x00000000_0x1FFFFFFF", b(2)),
-        (b(1), a + "0x1FFFFFFF_0x2FFFFFFF", b(2)),
-        (b(1), a + "0x2FFFFFFF_0x3FFFFFFF", b(2)),
-        (b(1), a + "0x3FFFFFFF_0x4FFFFFFF", b(2)),
+        (b(2), bb + "0x00000000_0x1fffffff", b(1)),
+        (b(2), bb + "0x1fffffff_0x2fffffff", b(1)),
+        (b(2), bb + "0x2fffffff_0x3fffffff", b(1)),
+        (b(1), a + "0x00000000_0x1fffffff", b(2)),
+        (b(1), a + "0x1fffffff_0x2fffffff", b(2)),
+        (b(1), a + "0x2fffffff_0x3fffffff", b(2)),
+        (b(1), a + "0x3fffffff_0x4fffffff", b(2)),
     }
     assert {d.reason for d in res.decisions} == {"Overloaded"}
     assert std_after(res, view) == pytest.approx(0.050000004900021836, abs=1e-6)
@@ -278,7 +280,7 @@ def test_unload_bundles_less_than_target_throughput_after_split() -> None:
     )
     view = view_of(brokers)
     _, res = shed("TransferShedder", view, **HIT0)
-    assert moves(res) == {(b(2), "my-tenant/my-namespaceB/0x00000000_0x0FFFFFFF", b(1))}
+    assert moves(res) == {(b(2), "my-tenant/my-namespaceB/0x00000000_0x0fffffff", b(1))}
     assert std_after(res, view) == pytest.approx(0.050000004900021836, abs=1e-6)
 
 
@@ -419,7 +421,7 @@ def test_overload_outlier() -> None:
     (d,) = res.decisions
     assert (d.source_broker, d.bundle, d.reason) == (
         "broker99:8080",
-        "my-tenant/my-namespace99/0x00000000_0x0FFFFFFF",
+        "my-tenant/my-namespace99/0x00000000_0x0fffffff",
         "Underloaded",
     )
     assert view.brokers[d.destination_broker].history_usage == 0.01
@@ -440,7 +442,7 @@ def test_underload_outlier() -> None:
     assert {(d.source_broker, d.bundle, d.destination_broker, d.reason) for d in res.decisions} == {
         (
             "broker98:8080",
-            "my-tenant/my-namespace98/0x00000000_0x0FFFFFFF",
+            "my-tenant/my-namespace98/0x00000000_0x0fffffff",
             "broker99:8080",
             "Underloaded",
         )
