@@ -5,6 +5,11 @@ namespace, bundle not found, broker unknown) and exit with status 1 (2 for bad u
 Redis URL comes from ``--redis-url``, else the configuration's ``redisUrl``
 (``LB_redisUrl``, ``--set redisUrl=...`` or a broker.conf).
 
+The pulsar-admin spellings (``namespaces create|bundles|split-bundle|unload``, ``brokers list
+[CLUSTER]``, ``broker-stats load-report``) take pulsar-admin's flags and meanings
+(``controller.admin_verbs``); the older top-level ``split-bundle`` and ``unload`` stay as
+aliases (``split-bundle`` always leaves the new bundles free, as ``-u`` does).
+
 Verbs that change ownership (``lookup`` when it assigns, ``unload``, ``split-bundle``) publish
 the change to the ownership-events topic when Kafka is configured (``--bootstrap-servers`` or
 ``kafkaBootstrapServers``), as the control loop does, so followers miss no change made by hand;
@@ -18,26 +23,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
+from controller import admin_verbs as av
 from lbctl import metrics
 from lbctl.config_cmd import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError, redact_url
-from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
 from loadbalance.errors import Conflict, InvalidInput, Transient
-from loadbalance.split_algorithms import ALL_ALGORITHMS, split_boundaries
 
 if TYPE_CHECKING:  # the Redis client is imported only by the verbs that run
-    from controller.events import OwnershipEvent
     from controller.redis_store import RedisStore
     from controller.store import Lease, OwnershipStore
-    from loadbalance.bundles import NamespaceBundles
     from loadbalance.config import LoadBalancerConfig
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+_now_ms = av.now_ms
+_require = av.require_namespace
+_bundle_name = av.bundle_name  # canonical spelling: an upper-case hex range reaches the same lease
+_publish = av.publish
+_kafka_client_config = av.kafka_client_config
+_add_event_arguments = av.add_event_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,14 +53,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.set_defaults(func=lambda a: _run(func, a))
         return p
 
-    ns = subparsers.add_parser("namespaces", help="create and inspect namespaces and bundles")
+    ns = subparsers.add_parser(
+        "namespaces",
+        help="create and inspect namespaces, split and unload bundles (pulsar-admin namespaces)",
+    )
     ns_sub = ns.add_subparsers(dest="ns_command", metavar="VERB")
-    p = verb("create", "create a namespace with N bundles", _ns_create, ns_sub)
-    p.add_argument("namespace", help="tenant/namespace")
-    p.add_argument("--bundles", type=int, default=None, help="defaultNumberOfNamespaceBundles")
+    p = verb("create", "create a namespace with N bundles (equal hash ranges)", av.create, ns_sub)
+    av.add_create_arguments(p)
     verb("list", "list namespaces", _ns_list, ns_sub)
     p = verb("bundles", "a namespace's boundaries and bundles", _ns_bundles, ns_sub)
-    p.add_argument("namespace")
+    p.add_argument("namespace", help="tenant/namespace")
+    split_help = (
+        "split a bundle now (compare-and-set on the namespace version); without -u the new "
+        "bundles stay with the parent's owner, as in Pulsar"
+    )
+    p = verb("split-bundle", split_help, av.split, ns_sub)
+    av.add_split_arguments(p)
+    unload_help = (
+        "release a bundle, or every owned bundle of the namespace when --bundle is absent, or "
+        "move one bundle with --destinationBroker; through the idempotent applier, one row "
+        "(and one recorded outcome) per bundle"
+    )
+    p = verb("unload", unload_help, av.unload, ns_sub)
+    av.add_unload_arguments(p)
     ns.set_defaults(func=lambda _a: (ns.print_help(), 2)[1])
 
     p = verb("lookup", "the bundle and owner serving a topic (assigns a free bundle)", _lookup)
@@ -65,19 +84,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_event_arguments(p)
     p = verb("owners", "owners of every bundle of a namespace", _owners)
     p.add_argument("namespace")
-    p = verb("split-bundle", "split a bundle now (pulsar-admin namespaces split-bundle)", _split)
-    p.add_argument("namespace")
-    p.add_argument("--bundle", "-b", required=True, help="0xLLLLLLLL_0xUUUUUUUU")
-    p.add_argument(
-        "--split-algorithm-name", "-san", default="range_equally_divide", choices=ALL_ALGORITHMS
+    p = verb(
+        "split-bundle",
+        "the older spelling of 'namespaces split-bundle'; the new bundles are always left free "
+        "(as with -u), to be placed on their next lookup",
+        av.split,
     )
-    p.add_argument("--split-boundaries", "-sb", default="", help="comma list of hex positions")
-    _add_event_arguments(p)
-    p = verb("unload", "unload a bundle, or move it with --destination-broker", _unload)
-    p.add_argument("namespace")
-    p.add_argument("--bundle", "-b", required=True, help="0xLLLLLLLL_0xUUUUUUUU")
-    p.add_argument("--destination-broker", "-d", default=None)
-    _add_event_arguments(p)
+    av.add_split_arguments(p, unload_by_default=True)
+    p = verb("unload", "the older spelling of 'namespaces unload'", av.unload)
+    av.add_unload_arguments(p)
     ctl = subparsers.add_parser(
         "control",
         help="consume the decisions topic and apply each decision to Redis",
@@ -147,49 +162,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = verb("load-report", "the broker's last averaged load report", _broker_load, br_sub)
     p.add_argument("broker")
     broker.set_defaults(func=lambda _a: (broker.print_help(), 2)[1])
+    stats = subparsers.add_parser(
+        "broker-stats", help="a broker's load report as stored (pulsar-admin broker-stats)"
+    )
+    st_sub = stats.add_subparsers(dest="broker_stats_command", metavar="VERB")
+    p = verb(
+        "load-report",
+        "print the broker's last load report as JSON (LocalBrokerData field names), as the "
+        "streaming job stored it in the load snapshot (P:load:brokers): the report as decoded, "
+        "not its raw bytes (fields lbctl does not know are dropped), with lastStats put back "
+        "from the bundle state (each reported bundle's last sample from this broker). For the "
+        "averaged view (historyUsage, percentages) use 'lbctl broker load-report B'. Output is "
+        "always JSON; --json is accepted",
+        av.load_report,
+        st_sub,
+    )
+    av.add_load_report_arguments(p)
+    stats.set_defaults(func=lambda _a: (stats.print_help(), 2)[1])
     brokers = subparsers.add_parser("brokers", help="registered brokers")
     b_sub = brokers.add_subparsers(dest="brokers_command", metavar="VERB")
-    verb("list", "live brokers", _brokers_list, b_sub)
+    p = verb("list", "live brokers (registration not expired)", av.brokers_list, b_sub)
+    av.add_brokers_list_arguments(p)
     brokers.set_defaults(func=lambda _a: (brokers.print_help(), 2)[1])
-
-
-def _add_event_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--bootstrap-servers",
-        default=None,
-        help="Kafka for ownership events (default: config kafkaBootstrapServers; none: no events)",
-    )
-    p.add_argument(
-        "--no-events",
-        action="store_true",
-        help="do not publish the ownership change to the ownership-events topic",
-    )
-
-
-def _kafka_client_config(config: LoadBalancerConfig, bootstrap: str) -> dict[str, Any]:
-    """``bootstrap.servers`` plus the SASL/SSL settings that are set in the configuration."""
-    return {"bootstrap.servers": bootstrap, **config.kafka_client_settings()}
-
-
-def _publish(
-    args: argparse.Namespace, config: LoadBalancerConfig, events: list[OwnershipEvent]
-) -> str | None:
-    """Deliver a verb's ownership events when Kafka is configured and events are wanted.
-
-    Returns the topic they went to (None when nothing was published). A delivery failure raises
-    ``Transient``: the change is already in Redis, and the user must hear that followers
-    have not seen it.
-    """
-    bootstrap = getattr(args, "bootstrap_servers", None) or config.kafka_bootstrap_servers
-    if not events or getattr(args, "no_events", False) or not bootstrap:
-        return None
-    from controller.events import EventPublisher
-
-    client_config = _kafka_client_config(config, bootstrap)
-    client_config.pop("bootstrap.servers")
-    publisher = EventPublisher(bootstrap, config.ownership_events_topic, client_config)
-    publisher.deliver(events, attempts=3, backoff_s=0.5)
-    return config.ownership_events_topic
 
 
 def _run(func: Any, args: argparse.Namespace) -> int:
@@ -208,9 +202,13 @@ def _run(func: Any, args: argparse.Namespace) -> int:
             url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
         )
         rows = func(store, args, config)
-    except ConfigError as e:
+    except (ConfigError, av.UsageError) as e:
         print(f"lbctl: {e}", file=sys.stderr)
         return 2
+    except av.PartialFailure as e:
+        _print(e.rows, args.json)
+        print(f"lbctl: {e}", file=sys.stderr)
+        return 1
     except (InvalidInput, Conflict) as e:
         print(f"lbctl: {e}", file=sys.stderr)
         return 1
@@ -223,7 +221,8 @@ def _run(func: Any, args: argparse.Namespace) -> int:
     except redis.ConnectionError as e:
         print(f"lbctl: Redis at {redact_url(url)} unreachable: {e}", file=sys.stderr)
         return 1
-    _print(rows, args.json)
+    if rows is not None:  # None: the verb printed its own output
+        _print(rows, args.json)
     return 0
 
 
@@ -242,25 +241,10 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     Console(width=160).print(table)
 
 
-def _ns_create(
-    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
-) -> list[dict[str, Any]]:
-    n = args.bundles or config.default_number_of_namespace_bundles
-    store.create_namespace(args.namespace, n)
-    return [{"namespace": args.namespace, "bundles": n}]
-
-
 def _ns_list(
     store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
 ) -> list[dict[str, Any]]:
     return [{"namespace": ns} for ns in store.list_namespaces()]
-
-
-def _require(store: OwnershipStore, ns: str) -> NamespaceBundles:
-    nb = store.get_namespace(ns)
-    if nb is None:
-        raise InvalidInput("namespace", f"unknown namespace {ns}")
-    return nb
 
 
 def _ns_bundles(
@@ -303,84 +287,6 @@ def _owners(
     nb = _require(store, args.namespace)
     owners = store.owners(args.namespace, _now_ms())
     return [_lease_row(b, owners.get(b)) for b in nb.bundle_names]
-
-
-def _bundle_name(store: OwnershipStore, ns: str, rng: str) -> str:
-    """The canonical name of bundle ``rng`` of ``ns`` as an operator typed it (either hex case,
-    as Pulsar's admin tools accept); refused, naming the field, unless it is a current bundle."""
-    from loadbalance.bundles import parse_bundle
-
-    nb = _require(store, ns)
-    name = parse_bundle(f"{ns}/{rng.strip()}").name
-    if not nb.contains(name):
-        raise InvalidInput("bundle", f"bundle {name} not found in {ns}")
-    return name
-
-
-def _split(
-    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
-) -> list[dict[str, Any]]:
-    from loadbalance.bundles import parse_bundle
-
-    name = _bundle_name(store, args.namespace, args.bundle)
-    positions = [int(x, 16) for x in args.split_boundaries.split(",") if x.strip()]
-    points = split_boundaries(
-        args.split_algorithm_name, parse_bundle(name), positions=positions, topic_hashes=()
-    )
-    if not points:
-        raise InvalidInput("splitBoundaries", f"{args.split_algorithm_name} gives no boundary")
-    from controller.events import SPLIT, OwnershipEvent
-
-    now = _now_ms()
-    before = store.owner(name, now)
-    nb = store.split_bundle(name, points)
-    children = nb.children_of_split(name, points)
-    event = OwnershipEvent(
-        SPLIT,
-        name,
-        now,
-        old_owner=before.broker if before else None,
-        old_token=before.token if before else None,
-        children=tuple(children),
-        reason="Admin",
-    )
-    _publish(args, config, [event])
-    return [{"bundle": b, "version": nb.version} for b in children]
-
-
-def _unload(
-    store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
-) -> list[dict[str, Any]]:
-    from controller.loop import apply_with_events
-
-    name = _bundle_name(store, args.namespace, args.bundle)
-    now = _now_ms()
-    lease = store.owner(name, now)
-    dest = args.destination_broker
-    if dest is not None and dest not in store.live_brokers(now):
-        raise InvalidInput("destinationBroker", f"broker unknown or not live: {dest}")
-    d = make_decision(
-        cycle=f"admin-{now}",
-        kind=TRANSFER if dest else UNLOAD,
-        bundle=name,
-        source_broker=lease.broker if lease else None,
-        destination_broker=dest,
-        reason="Admin",
-        strategy="lbctl",
-        decided_at_ms=now,
-    )
-    ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
-    out, events = apply_with_events(store, d, now_ms=now, lease_ttl_ms=ttl_ms)
-    if out.outcome == "rejected":
-        raise InvalidInput("unload", out.reason)
-    _publish(args, config, events)
-    return [{"bundle": name, "outcome": out.outcome, "reason": out.reason, "decision": d.id}]
-
-
-def _brokers_list(
-    store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
-) -> list[dict[str, Any]]:
-    return [{"broker": b} for b in store.live_brokers(_now_ms())]
 
 
 def _control(args: argparse.Namespace) -> int:
