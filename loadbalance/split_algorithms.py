@@ -12,9 +12,21 @@ Mirrors ``org.apache.pulsar.common.naming.*BundleSplitAlgorithm``:
   several boundaries.
 
 Every function returns a sorted list of boundaries strictly inside the range (possibly empty,
-meaning "no split"), so the result can go straight to ``NamespaceBundles.split``. Deviation:
-Pulsar returns ``null`` for "no split"; we return ``[]``, and we drop any boundary that would not
-lie strictly inside the range (Pulsar's ``flow_or_qps`` could in principle produce one).
+meaning "no split"), so the result can go straight to ``NamespaceBundles.split``.
+
+Deliberate differences (``tests/conformance/test_split_algorithms.py`` ports Pulsar's tests):
+
+* Pulsar returns ``null`` for "no split"; we return ``[]``, and we drop any boundary that would
+  not lie strictly inside the range (``topic_count`` with equal middle hashes, or ``flow_or_qps``,
+  could produce one, and ``NamespaceBundles.split`` would refuse it).
+* ``specified_positions_divide`` with no positions returns ``[]`` where Pulsar throws
+  ``IllegalArgumentException``; the admin split refuses an empty result naming
+  ``splitBoundaries``, and the split policy records a ``NoBoundary`` skip instead of failing.
+* ``specified_positions_divide`` does not look at the bundle's topics (Pulsar gives no split for
+  a bundle with at most one topic): the operator's explicit cut is honoured, and the automatic
+  split policy never considers a bundle with fewer than two topics anyway.
+* An unknown algorithm name is refused (``InvalidInput``) where ``NamespaceBundleSplitAlgorithm.of``
+  returns ``null``; the configuration validates the name before any split is asked for.
 """
 
 from __future__ import annotations
