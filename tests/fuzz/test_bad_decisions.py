@@ -5,9 +5,11 @@ max_bytes=maxDecisionBytes)`` on every record and turns an ``InvalidDecision`` i
 outcome with ``str(error)`` as the reason; anything else it lets escape. So the properties are:
 decode raises nothing but ``InvalidDecision`` (with a non-empty, short reason) for every bad
 record and returns a ``Decision`` for every good one; and ``apply_decision`` against the real
-Redis store, fed a few thousand decodable but stale or contradictory decisions (unknown
-namespaces, bundles no longer current, dead destinations, wrong owners, replays), always ends
-with a recorded outcome and never raises, leaving every namespace's ring covered exactly.
+Redis store, fed 1,500 decodable but stale or contradictory decisions (unknown namespaces,
+bundles no longer current, dead destinations, wrong owners, replays), gives for each the one
+outcome and reason that an independent oracle (``_expected``, over a raw read of the keys)
+predicts, records it, changes nothing unless it applied, and leaves every ring covered exactly
+and every lease consistent as ``tests.reliability.invariants`` reads them from raw keys.
 """
 
 from __future__ import annotations
@@ -25,21 +27,23 @@ from controller.apply import (
     ALREADY_SATISFIED,
     APPLIED,
     CONFLICT,
+    DRY_RUN,
     DUPLICATE,
     REJECTED,
     apply_decision,
-    outcome_of,
 )
 from controller.redis_store import RedisStore
-from loadbalance.bundles import check_boundaries
+from loadbalance.bundles import parse_bundle
 from loadbalance.config import LoadBalancerConfig
-from loadbalance.decisions import Decision, decode_decision
+from loadbalance.decisions import MERGE, SPLIT, UNLOAD, Decision, decode_decision
 from loadbalance.errors import InvalidDecision
 from tests.fuzz.corpus import DECISION_CLASSES, NAMESPACES, Case, decision_cases, valid_decision
+from tests.reliability.invariants import StoreState, check_invariants, read_state
 
 N_CASES = 50_000
 TRACED_CASES = 6_000
-APPLY_CASES = 4_000
+# each case reads every key twice for the oracle, so fewer than the decode-only corpus
+ORACLE_CASES = 1_500
 SEED = 611
 MAX_BYTES = LoadBalancerConfig().max_decision_bytes
 PEAK_BOUND_BYTES = 16 * 1024 * 1024
@@ -105,31 +109,98 @@ def _stale_decision(rng: random.Random) -> bytes:
     return json.dumps(doc).encode()
 
 
-def test_decodable_but_stale_decisions_always_end_with_a_recorded_outcome(
+LIVE = frozenset(f"broker-{b}:8080" for b in range(1, 8))  # registered below; 8+ never are
+
+
+def _expected(state: StoreState, recorded: dict[str, str], d: Decision, now_ms: int) -> tuple:
+    """The one outcome and reason ``apply_decision`` must give, from a raw read of the keys.
+
+    An oracle written from the controller's documented rules (level-based: re-read, check the
+    transition, return early if it holds), not from its code; it sees Redis only through
+    ``read_state`` (raw ``P:ns:*``/``P:lease:*`` keys), so a store object that validates itself
+    cannot hide a broken ring or lease from it."""
+    if d.id in recorded and recorded[d.id] not in (DRY_RUN, CONFLICT):
+        return DUPLICATE, f"already {recorded[d.id]}"
+    r = parse_bundle(d.bundle)
+    if r.namespace not in state.boundaries:
+        return REJECTED, f"unknown namespace {r.namespace}"
+    current = set(state.bundles(r.namespace))
+    bounds = set(state.boundaries[r.namespace])
+    if d.kind == SPLIT:
+        if d.bundle in current:
+            return APPLIED, ""
+        if {r.lower, r.upper, *d.split_boundaries} <= bounds:
+            return ALREADY_SATISFIED, "the split already happened"
+        return REJECTED, f"bundle gone: {d.bundle} is no longer current"
+    if d.kind == MERGE:
+        other = parse_bundle(d.merge_bundle or "")
+        if d.bundle not in current or other.name not in current:
+            lo, hi = min(r.lower, other.lower), max(r.upper, other.upper)
+            if f"{r.namespace}/0x{lo:08x}_0x{hi:08x}" in current:
+                return ALREADY_SATISFIED, "the merge already happened"
+            return REJECTED, "bundle gone: a merged bundle is no longer current"
+        if state.live_owner(d.bundle, now_ms) != state.live_owner(other.name, now_ms):
+            return REJECTED, "owner changed: the bundles have different owners"
+        return APPLIED, ""
+    if d.bundle not in current:
+        return REJECTED, f"bundle gone: {d.bundle} is no longer current"
+    owner = state.live_owner(d.bundle, now_ms)
+    if d.kind == UNLOAD:
+        if owner is None:
+            return ALREADY_SATISFIED, "the bundle is not owned"
+        if d.source_broker and owner != d.source_broker:
+            return REJECTED, f"owner changed: now {owner}"
+        return APPLIED, ""
+    dest = d.destination_broker or ""
+    if owner is not None and owner == dest:
+        return ALREADY_SATISFIED, f"already owned by {dest}"
+    if owner is not None and d.source_broker and owner != d.source_broker:
+        return REJECTED, f"owner changed: now {owner}"
+    if dest not in LIVE:
+        return REJECTED, f"broker gone: {dest} is not live"
+    return APPLIED, ""
+
+
+def _recorded(r: redis.Redis) -> dict[str, str]:
+    return {k.decode(): json.loads(v)["outcome"] for k, v in r.hgetall("fuzz:outcomes").items()}
+
+
+def test_decodable_but_stale_decisions_each_end_with_the_one_expected_outcome_and_reason(
     fresh_redis: redis.Redis,
 ) -> None:
     store = RedisStore(fresh_redis, prefix="fuzz")
     for ns in NAMESPACES:
         store.create_namespace(ns, 4)
-    for b in range(1, 8):
-        store.register_broker(f"broker-{b}:8080", NOW_MS, 10**9)
+    for b in sorted(LIVE):
+        store.register_broker(b, NOW_MS, 10**9)
     rng = random.Random(SEED)
     for ns in NAMESPACES:
         for name in store.get_namespace(ns).bundle_names:
             if rng.random() < 0.7:
                 store.acquire(name, f"broker-{rng.randint(1, 5)}:8080", NOW_MS, 10**9)
     outcomes: Counter[str] = Counter()
-    for i in range(APPLY_CASES):
+    previous: tuple[StoreState, str] | None = None
+    for i in range(ORACLE_CASES):
         raw = _stale_decision(rng)
         d = decode_decision(raw, max_bytes=MAX_BYTES)
-        out = apply_decision(store, d, now_ms=NOW_MS + i, lease_ttl_ms=30_000)
-        assert out.outcome in {APPLIED, ALREADY_SATISFIED, CONFLICT, REJECTED, DUPLICATE}, out
-        if out.outcome in (REJECTED, CONFLICT):
-            assert out.reason, out
-        assert outcome_of(store, d.id) is not None
+        now = NOW_MS + i
+        before = read_state(fresh_redis, "fuzz")
+        if previous is not None and previous[1] != APPLIED:  # nothing else changed the store
+            assert (before.boundaries, before.leases) == (
+                previous[0].boundaries, previous[0].leases
+            ), f"case {i - 1} was {previous[1]} yet changed the store"  # fmt: skip
+        seen = _recorded(fresh_redis)
+        want = _expected(before, seen, d, now)
+        out = apply_decision(store, d, now_ms=now, lease_ttl_ms=30_000)
+        assert (out.outcome, out.reason) == want, (i, d, before.boundaries)
+        # the hash keeps the first outcome of an id; a duplicate leaves it as it was
+        assert _recorded(fresh_redis).get(d.id) == (seen[d.id] if want[0] == DUPLICATE
+                                                    else want[0]), (i, d)  # fmt: skip
+        if i % 25 == 0:
+            check_invariants(fresh_redis, "fuzz", now)  # raw keys: ring covered, leases sane
+        previous = (before, out.outcome)
         outcomes[out.outcome] += 1
+    check_invariants(fresh_redis, "fuzz", NOW_MS + ORACLE_CASES)
     # every kind of ending happened, so the sample really exercised the applier's branches
     assert {APPLIED, REJECTED, DUPLICATE, ALREADY_SATISFIED} <= set(outcomes), outcomes
-    for ns in NAMESPACES:
-        check_boundaries(store.get_namespace(ns).boundaries)  # still covers the ring exactly
-    assert store.get_namespace("ghost/ns") is None
+    assert not fresh_redis.exists("fuzz:ns:ghost/ns")
