@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "producers.cli",
     "producers.agent_cli",
     "lbctl.run_cmd",
+    "lbctl.monitor_cmd",
+    "lbctl.health_cmd",
 )
 
 

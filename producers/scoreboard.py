@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -325,9 +326,23 @@ def verdict_text(scores: Sequence[Score]) -> str:
     return "\n".join(lines)
 
 
+class PlotsMissing(RuntimeError):
+    """matplotlib (the ``plots`` extra) is not installed."""
+
+
 def write_chart(scores: Sequence[Score], path: Path) -> None:
-    """Max (solid) and mean (dotted) broker usage per cycle; one panel per scenario."""
-    import matplotlib
+    """Max (solid) and mean (dotted) broker usage per cycle; one panel per scenario.
+
+    matplotlib is the optional ``plots`` extra (one chart does not justify it as a core
+    dependency), so it is imported here and its absence is named with the install command.
+    """
+    try:
+        import matplotlib
+    except ModuleNotFoundError as e:
+        raise PlotsMissing(
+            "the balance chart needs matplotlib, the 'plots' extra: "
+            "pip install 'pulsar-lb-stream[plots]' (scripts/bootstrap.sh installs it)"
+        ) from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -370,5 +385,9 @@ def write_outputs(scores: Sequence[Score], out: Path, meta: Mapping[str, Any]) -
     verdict = verdict_text(scores)
     md = to_markdown(scores) + (f"\n```\n{verdict}\n```\n" if verdict else "")
     paths["md"].write_text(md, encoding="utf-8")
-    write_chart(scores, paths["png"])
+    try:
+        write_chart(scores, paths["png"])
+    except PlotsMissing as e:  # the figures are written; only the chart needs the extra
+        print(f"lbctl bench balance: no chart: {e}", file=sys.stderr)
+        del paths["png"]
     return paths

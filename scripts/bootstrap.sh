@@ -29,7 +29,7 @@ want="$(cat "$repo_root/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: installing dependencies (first run takes about a minute)" >&2
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$repo_root[test]"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$repo_root[embedded,plots,test]"
   echo "$want" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

@@ -1,0 +1,237 @@
+"""``lbctl health PROCESS``: a health probe that means "making progress", not "process is up".
+
+Why a probe of its own: a streaming job whose batches stopped, or a controller stuck on a Kafka
+or Redis outage, still has a running process and an open metrics port, so "the port answers"
+says nothing. Each process has one record that moves only when it does useful work:
+
+* ``stream``: the id of the last batch the job committed, ``P:stream:progress`` field ``batch``
+  in Redis (written by ``streaming.sinks.RedisProgress`` in the same transaction as the load
+  snapshot, so a batch counts only once its results are in Redis);
+* ``control``: ``lbctl_control_sweeps_total`` on the controller's metrics endpoint; the loop
+  sweeps expired leases every ``--sweep-interval-s`` (5 s) and counts a sweep only when Redis
+  answered it. The controller keeps no periodic record in Redis (its outcome stream grows only
+  when a decision arrives, so an idle controller in a balanced cluster would look dead there);
+* ``simulate``: ``lbctl_simulator_cycles_total``; ``agent``: ``lbctl_agent_checks_total``.
+
+None of these records carries the wall time of the step (the stream's ``now_ms`` is event time,
+which the simulator runs ahead of the wall clock), so the probe remembers, in a small state file,
+when it first saw the current value: the process is healthy while the value changed within
+``--max-age-s``. The first reading of a value counts as fresh, so a stall is reported at most
+``--max-age-s`` after the probe first saw the stuck value (container health checks run the probe
+every few seconds, so that is soon after the stall). No record yet is unhealthy, which a
+container's start period absorbs.
+
+Exit status 0 healthy, 1 not healthy (also for a bad option or an unreachable Redis or endpoint:
+container engines reserve status 2); one line on stdout says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lbctl.config_cmd import add_config_arguments, load_from_args
+from loadbalance.config import ConfigError, redact_url
+
+HEALTHY, UNHEALTHY = 0, 1
+
+#: The counter that moves when each metrics-probed process does a unit of work.
+PROGRESS_COUNTERS = {
+    "control": "lbctl_control_sweeps_total",
+    "simulate": "lbctl_simulator_cycles_total",
+    "agent": "lbctl_agent_checks_total",
+}
+DEFAULT_MAX_AGE_S = {"stream": 300.0, "control": 60.0, "simulate": 60.0, "agent": 120.0}
+DEFAULT_METRICS_URL = "http://127.0.0.1:9400/metrics"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The progress value last seen and the wall time (ms) it was first seen at."""
+
+    value: str
+    since_ms: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    healthy: bool
+    message: str
+    seen: Seen | None  # what to remember for the next probe (None: forget)
+
+
+def judge(previous: Seen | None, value: str | None, now_ms: int, max_age_ms: int) -> Verdict:
+    """Healthy while the progress value changed within ``max_age_ms``.
+
+    ``value`` None means the process has recorded no progress at all. A value different from
+    the previous one (including a counter that restarted lower) is progress now; the same value
+    is progress as old as when it was first seen. A ``since_ms`` in the future (the wall clock
+    went back) is treated as now, so a clock step never makes a live process unhealthy.
+    """
+    if value is None:
+        return Verdict(False, "no progress recorded yet", None)
+    if previous is None or previous.value != value:
+        return Verdict(True, f"progress: {value} (new)", Seen(value, now_ms))
+    since_ms = min(previous.since_ms, now_ms)
+    age_s = (now_ms - since_ms) / 1000
+    seen = Seen(value, since_ms)
+    if now_ms - since_ms <= max_age_ms:
+        return Verdict(True, f"progress: {value} (unchanged for {age_s:.0f} s)", seen)
+    return Verdict(
+        False,
+        f"no progress for {age_s:.0f} s (still {value}; limit {max_age_ms / 1000:.0f} s)",
+        seen,
+    )
+
+
+def load_seen(path: Path) -> Seen | None:
+    """The previous probe's memory; a missing or unreadable file is no memory."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return Seen(str(doc["value"]), int(doc["since_ms"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_seen(path: Path, seen: Seen | None) -> None:
+    """Replace the memory atomically (two probes overlapping never leave half a file)."""
+    if seen is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"value": seen.value, "since_ms": seen.since_ms}, f)
+    os.replace(tmp, path)
+
+
+def default_state_file(process: str, source: str) -> Path:
+    """One file per process and source, named by a hash (a URL may hold a password)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"lbctl-health-{process}-{digest}.json"
+
+
+def stream_progress(client: Any, prefix: str) -> str | None:
+    """The last committed batch id, as ``streaming.sinks.RedisProgress`` writes it."""
+    raw = client.hget(f"{prefix}:stream:progress", "batch")
+    return None if raw is None else f"batch {int(raw)}"
+
+
+def counter_total(metrics_text: str, sample_name: str) -> float | None:
+    """Sum of a counter's samples over all label sets; None if the exposition lacks it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total, found = 0.0, False
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == sample_name:
+                total += sample.value
+                found = True
+    return total if found else None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "health",
+        help="health probe: is a process making progress (for container health checks)",
+        description="Exit 0 if PROCESS made progress within --max-age-s, else 1. stream: the "
+        "last batch committed to Redis (P:stream:progress); control, simulate, agent: their "
+        "progress counter on the metrics endpoint (lbctl_control_sweeps_total, "
+        "lbctl_simulator_cycles_total, lbctl_agent_checks_total). The probe remembers when it "
+        "first saw the current value in --state-file.",
+    )
+    p.add_argument("process", choices=("stream", *PROGRESS_COUNTERS))
+    p.add_argument(
+        "--max-age-s",
+        type=float,
+        default=None,
+        help="longest time without progress that is still healthy (default: stream 300, "
+        "control 60, simulate 60, agent 120)",
+    )
+    p.add_argument("--redis-url", default=None, help="stream: Redis URL (default: config)")
+    p.add_argument(
+        "--metrics-url",
+        default=DEFAULT_METRICS_URL,
+        help=f"control, simulate, agent: the process's metrics URL (default {DEFAULT_METRICS_URL})",
+    )
+    p.add_argument(
+        "--state-file",
+        type=Path,
+        default=None,
+        help="where the probe remembers the last value it saw (default: a file in the temp dir "
+        "named after the process and source)",
+    )
+    add_config_arguments(p)
+    p.set_defaults(func=run_health)
+
+
+def run_health(args: argparse.Namespace) -> int:
+    max_age_s = args.max_age_s if args.max_age_s is not None else DEFAULT_MAX_AGE_S[args.process]
+    try:
+        if args.process == "stream":
+            value, source = _read_stream(args)
+        else:
+            value, source = _read_counter(args.metrics_url, PROGRESS_COUNTERS[args.process])
+    except _ProbeError as e:
+        print(f"{args.process}: unhealthy: {e}")
+        return UNHEALTHY
+    state_file = args.state_file or default_state_file(args.process, source)
+    verdict = judge(load_seen(state_file), value, int(time.time() * 1000), int(max_age_s * 1000))
+    try:
+        save_seen(state_file, verdict.seen)
+    except OSError as e:  # a probe that cannot remember cannot detect a stall: say so
+        print(f"{args.process}: unhealthy: cannot write {state_file}: {e.strerror}")
+        return UNHEALTHY
+    print(f"{args.process}: {'healthy' if verdict.healthy else 'unhealthy'}: {verdict.message}")
+    return HEALTHY if verdict.healthy else UNHEALTHY
+
+
+class _ProbeError(Exception):
+    """The progress record could not be read at all."""
+
+
+def _read_stream(args: argparse.Namespace) -> tuple[str | None, str]:
+    import redis
+
+    try:
+        config = load_from_args(args, quiet=True)
+    except ConfigError as e:
+        raise _ProbeError(str(e)) from None
+    url = args.redis_url or config.redis_url
+    if not url:
+        raise _ProbeError("no Redis: pass --redis-url or set redisUrl")
+    client = redis.Redis.from_url(
+        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
+    )
+    try:
+        value = stream_progress(client, config.redis_key_prefix)
+    except redis.RedisError as e:
+        raise _ProbeError(f"Redis at {redact_url(url)}: {e}") from None
+    except ValueError as e:
+        raise _ProbeError(f"unreadable stream progress: {e}") from None
+    finally:
+        client.close()
+    return value, f"{url}|{config.redis_key_prefix}"
+
+
+def _read_counter(url: str, sample_name: str) -> tuple[str | None, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError) as e:
+        raise _ProbeError(f"metrics at {redact_url(url)} unreachable: {e}") from None
+    try:
+        total = counter_total(text, sample_name)
+    except ValueError as e:
+        raise _ProbeError(f"metrics at {redact_url(url)} unreadable: {e}") from None
+    value = None if total is None else f"{sample_name} {total:g}"
+    return value, url
