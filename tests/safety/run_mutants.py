@@ -163,7 +163,7 @@ def run_mutant(
     copy_repo(REPO, files, copy)
     try:
         m.apply(copy)
-        return run_copy(copy, m.guard_tests if guard_tests else m.tests, lua_redis_url,
+        return run_copy(copy, m.run_ids(guard_tests), lua_redis_url,
                         m.name, m.guard)  # fmt: skip
     except MutantRot as e:
         return Result(m.name, m.guard, "error", "", 0.0, detail=str(e))
@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp = Path(tmp_name)
         with EmbeddedRedis(tmp / "logs") as lua_redis:
             every_test = list(dict.fromkeys(
-                t for m in selected for t in (m.guard_tests if args.guard_tests else m.tests)
+                t for m in selected for t in m.run_ids(args.guard_tests)
             ))  # fmt: skip
             base_copy = tmp / "unmutated"
             copy_repo(REPO, files, base_copy)

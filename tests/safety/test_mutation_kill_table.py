@@ -1,0 +1,94 @@
+"""The mutation harness as a test: every ownership guard is broken once, and a test must notice.
+
+Why in the suite: a guard whose test was weakened, deleted or renamed, or whose code moved so
+that its mutant's snippet no longer matches, would otherwise pass CI silently. The full run
+(``python -m tests.safety.run_mutants``) takes about two and a half minutes on the 2-core
+machine, two mutants at a time; the table checks are instant.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from infra.embedded import EmbeddedRedis
+from tests.safety import run_mutants
+from tests.safety.mutants import MUTANTS, Mutant, MutantRot, by_name, check_table
+
+REPO = run_mutants.REPO
+REQUIRED = {
+    "redis.acquire.live_lease",
+    "memory.acquire.live_lease",
+    "redis.acquire.broker_alive",
+    "redis.renew.token",
+    "redis.renew.expiry",
+    "redis.sweep.expiry",
+    "redis.transfer.fence",
+    "redis.transfer.source_live",
+    "redis.transfer.dest_alive",
+    "redis.release.owner",
+    "redis.release.token",
+    "redis.reshape.version_cas",
+    "redis.reshape.end_leases",
+    "redis.fence.acquire_get",
+    "redis.acquire.canonical_key",
+    "recovery.fence_floor",
+}
+
+
+def test_the_mutant_table_matches_the_code_and_covers_every_guard() -> None:
+    check_table(REPO)
+    assert set(by_name()) >= REQUIRED, REQUIRED - set(by_name())
+    for m in MUTANTS:
+        assert m.guard_tests, f"{m.name} has no test of its own in test_guards.py"
+        assert all("::" in t and (REPO / t.split("::")[0]).is_file() for t in m.run_ids()), m.name
+
+
+def test_a_missing_or_repeated_snippet_fails_naming_the_mutant(tmp_path: Path) -> None:
+    m = by_name()["redis.release.owner"]
+    (tmp_path / "controller").mkdir()
+    target = tmp_path / m.file
+    target.write_text("nothing to see here\n", encoding="utf-8")
+    with pytest.raises(MutantRot, match=r"'redis\.release\.owner'.*does not occur"):
+        m.apply(tmp_path)
+    target.write_text(m.old + "\n" + m.old + "\n", encoding="utf-8")
+    with pytest.raises(MutantRot, match=r"'redis\.release\.owner'.*occurs 2 times"):
+        m.apply(tmp_path)
+    assert target.read_text(encoding="utf-8") == m.old + "\n" + m.old + "\n", "left untouched"
+
+
+@pytest.mark.integration
+def test_the_harness_reports_a_mutant_that_no_test_kills(tmp_path: Path) -> None:
+    """A harness that cannot see a survivor proves nothing: a change no test can notice (a
+    comment in recovery.py) run against an unrelated test must come back ``survived``."""
+    harmless = Mutant(
+        "harmless",
+        "no guard: a comment",
+        "controller/recovery.py",
+        "# A token more than this above every lower token on the topic is not trusted",
+        "# (mutated comment) a token far above the others is not trusted",
+        ("tests/unit/test_events.py::test_trusted_floor_ignores_a_token_far_above_the_others"
+         "_and_keeps_dense_ones",),
+        (),
+    )  # fmt: skip
+    files = run_mutants.repo_files(REPO)
+    with EmbeddedRedis(tmp_path / "logs") as lua_redis:
+        result = run_mutants.run_mutant(harmless, files, tmp_path, lua_redis.url, False)
+    assert result.status == "survived", result
+    assert result.where.startswith(str(tmp_path / "harmless")), "the copy's store was imported"
+
+
+@pytest.mark.integration
+def test_every_mutant_is_killed(capsys: pytest.CaptureFixture[str]) -> None:
+    if shutil.which("git") is None:
+        pytest.fail("the harness copies the repository with git ls-files; git is missing")
+    rc = run_mutants.main(["--json"])
+    doc = json.loads(capsys.readouterr().out)
+    survivors = [(m["mutant"], m["status"], m["detail"]) for m in doc["mutants"]
+                 if m["status"] != "killed"]  # fmt: skip
+    assert rc == 0 and doc["ok"] and not survivors, survivors
+    assert doc["baseline"]["where"].endswith("unmutated/controller/redis_store.py")
+    assert len(doc["mutants"]) == len(MUTANTS)
