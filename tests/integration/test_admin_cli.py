@@ -90,3 +90,34 @@ def test_decisions_tail_and_broker_load_report(
     assert code == 0 and "40.0" in out
     code, _, err = _run(capsys, "broker", "load-report", "ghost", *u)
     assert code == 1 and "ghost" in err
+
+
+def test_older_unload_spelling_takes_pulsar_admin_forms_too(
+    redis_url: str, fresh_redis: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The top-level ``unload`` is the same verb as ``namespaces unload``: without ``-b`` it
+    releases every owned bundle, and ``--destinationBroker`` is Pulsar's name for ``-d``."""
+    u = ("--redis-url", redis_url)
+    _run(capsys, "namespaces", "create", "acme/all", "-b", "2", *u)
+    store = RedisStore(fresh_redis)
+    now = int(time.time() * 1000)
+    for b in ("b1", "b2"):
+        store.register_broker(b, now, 60_000)
+    first, second = store.get_namespace("acme/all").bundle_names
+    store.acquire(first, "b1", now, 60_000)
+    code, out, _ = _run(
+        capsys,
+        "unload",
+        "acme/all",
+        "-b",
+        first.rsplit("/", 1)[1],
+        "--destinationBroker",
+        "b2",
+        "--json",
+        *u,
+    )
+    assert code == 0 and store.owner(first, now + 1).broker == "b2"
+    store.acquire(second, "b1", now, 60_000)
+    code, out, _ = _run(capsys, "unload", "acme/all", "--json", *u)
+    assert code == 0 and [r["outcome"] for r in json.loads(out)] == ["applied", "applied"]
+    assert store.owners("acme/all", now + 1) == {}

@@ -318,7 +318,9 @@ def test_namespaces_unload_reaches_the_lease_of_an_upper_case_spelling(
     _brokers(store, "b1")
     store.acquire(f"{ns}/0xc0000000_0xffffffff", "b1", _now(), TTL_MS)
     code, out, _ = run("namespaces", "unload", ns, "-b", "0xC0000000_0xFFFFFFFF", "--json")
-    assert code == 0 and json.loads(out)[0]["outcome"] == "applied"
+    [row] = json.loads(out)
+    assert code == 0 and row["outcome"] == "applied"
+    assert row["bundle"] == f"{ns}/0xc0000000_0xffffffff"
     assert store.owners(ns, _now()) == {}
     assert fresh_redis.keys("lb:lease:*") == []
 
