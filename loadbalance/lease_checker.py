@@ -13,7 +13,8 @@ The rules (``Violation.kind`` in brackets):
    the union of its claims' ``[valid_from, valid_until)`` (renewals extend it), cut at the
    earliest revocation of that namespace, range and token (revocations end it).
 2. [claim_after_revocation] No claim of a token starts at or after that token's revocation (a
-   lost lease was renewed).
+   lost lease was renewed). [renew_after_expiry] No renewal starts at or after the end of every
+   earlier claim of its lease (an expired lease was revived; the store renews only live ones).
 3. [sweep_of_live_lease] A ``sweep`` revocation happens at or after the latest ``valid_until``
    granted to that token by the claims made before the sweep (a sweep removes expired leases
    only).
@@ -116,6 +117,7 @@ def check_history(events: Iterable[Event], *, ordered: bool = False) -> list[Vio
     out: list[Violation] = []
     out += _double_owners(claims, first_rev)
     out += _claims_after_revocation(claims, first_rev)
+    out += _renewals_after_expiry(claims)
     out += _sweeps_of_live_leases(claims, revocations)
     out += _token_order(claims)
     out += _namespace_versions(versions)
@@ -224,6 +226,30 @@ def _claims_after_revocation(
                 f"(held by {r.broker}) at {r.at_ms} ms",
             )
         )
+    return out
+
+
+def _renewals_after_expiry(claims: list[tuple[int, Claim]]) -> list[Violation]:
+    by_lease: dict[tuple[str, int, int, int, str], list[tuple[int, int, Claim]]] = defaultdict(list)
+    for pos, c in claims:
+        key = (c.namespace, c.lower, c.upper, c.token, c.broker)
+        by_lease[key].append((c.valid_from_ms, pos, c))
+    out: list[Violation] = []
+    for entries in by_lease.values():
+        entries.sort(key=lambda t: (t[0], t[1]))
+        best: Claim | None = None  # the earlier claim of this lease that lasts longest
+        for _, _, c in entries:
+            expired = best is not None and best.valid_until_ms <= c.valid_from_ms
+            if expired and best is not None and c.kind not in _GRANT_KINDS:
+                out.append(
+                    Violation(
+                        "renew_after_expiry",
+                        f"{_claim_text(c)} renewed a lease that had expired at "
+                        f"{best.valid_until_ms} ms ({best.kind} from {best.valid_from_ms} ms)",
+                    )
+                )
+            if best is None or c.valid_until_ms > best.valid_until_ms:
+                best = c
     return out
 
 

@@ -180,10 +180,25 @@ def test_a_renewal_and_a_sweep_in_the_same_millisecond_are_reported_in_either_or
     assert check_history([grant, sweep]) == []
     for ordered in (False, True):
         assert kinds(check_history([grant, renew, sweep], ordered=ordered)) == [
-            "sweep_of_live_lease"
+            "renew_after_expiry",
+            "sweep_of_live_lease",
         ]
-    assert kinds(check_history([grant, sweep, renew], ordered=True)) == ["claim_after_revocation"]
-    assert kinds(check_history([grant, sweep, renew])) == ["sweep_of_live_lease"]
+    assert kinds(check_history([grant, sweep, renew], ordered=True)) == [
+        "claim_after_revocation",
+        "renew_after_expiry",
+    ]
+
+
+def test_a_renewal_of_an_expired_lease_is_reported() -> None:
+    h = [claim("a", ALL, 1, 0, 100), claim("a", ALL, 1, 100, 200, "renew")]
+    v = check_history(h)
+    assert kinds(v) == ["renew_after_expiry"]
+    assert "expired at 100 ms" in v[0].message
+
+
+def test_a_renewal_one_millisecond_before_expiry_is_fine() -> None:
+    h = [claim("a", ALL, 1, 0, 100), claim("a", ALL, 1, 99, 199, "renew")]
+    assert check_history(h) == []
 
 
 # -- rule 3: sweeps ---------------------------------------------------------------------------
