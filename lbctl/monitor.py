@@ -1,18 +1,24 @@
-"""The live broker table of ``lbctl run``, read from Redis only.
+"""What ``lbctl monitor`` and ``lbctl run`` show, read from Redis (and Kafka for the lag).
 
-Why Redis only: the monitor must show what the product believes, not what the simulator knows,
-and it must work the same against a real cluster. Everything it needs is already there:
+Why Redis: the monitor must show what the product believes, not what a simulator knows, so it
+works the same against a real cluster. Everything it needs is already there:
 
-* ``P:load:brokers`` (written by the streaming job): each broker's latest report, which gives the
-  CPU, memory and bandwidth percentages, topics and message rates of a row;
-* the ownership store (``controller.redis_store.RedisStore``): the bundles each broker owns now;
-* ``P:outcome-stream`` (written by the controller): decisions applied, counted by kind; read
-  incrementally (only new entries each refresh), so a long run stays cheap;
+* ``P:load:brokers`` (written by the streaming job): each broker's latest report (CPU, memory,
+  direct memory and bandwidth percentages, topics, producers, consumers, message rates and
+  throughput) and its event time ``updatedAtMs``;
+* the ownership store (``controller.redis_store.RedisStore``): the bundles of every namespace and
+  the live lease of each, so the owners, the unowned bundles and the leases about to expire;
+* ``P:brokers`` / ``P:broker:<id>`` (the registry): who is registered and until when;
+* ``P:outcome-stream`` (written by the controller): every decision's outcome with the decision's
+  reason; read incrementally (only new entries each refresh), so a long run stays cheap;
 * ``P:stream:progress``: the streaming job's last completed batch and its event-time clock.
 
-The table follows ``pulsar-perf monitor-brokers`` (one row per broker) with a footer giving the
-decisions applied, the spread of broker usage (max/mean and standard deviation of each broker's
-largest resource percentage, Pulsar's ``getMaxResourceUsage``) and the last batch.
+Time: leases and registrations are judged against Redis's ``TIME`` (the clock the store's
+scripts use), report freshness against the job's event-time clock (a simulator stamps virtual
+time, and the job's clock follows the reports, so the comparison holds for both).
+
+The Kafka lag comes from ``lbctl.monitor_lag``; rendering and the ``lbctl monitor`` verb are in
+``lbctl.monitor_cmd``.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 DECISION_KINDS = ("split", "unload", "transfer", "merge")
@@ -30,7 +37,11 @@ _RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 
 @dataclass(frozen=True)
 class BrokerRow:
-    """One broker as the streaming job last saw it, and what it owns in Redis."""
+    """One broker as the streaming job last saw it, and what it owns in Redis.
+
+    The columns are those of ``pulsar-perf monitor-brokers`` (SYSTEM, COUNT and LATEST rows of
+    its per-broker table), one row per broker.
+    """
 
     broker: str
     cpu_pct: float
@@ -42,6 +53,12 @@ class BrokerRow:
     topics: int
     msg_rate_in: float
     msg_rate_out: float
+    direct_memory_pct: float = 0.0
+    producers: int = 0
+    consumers: int = 0
+    throughput_in_kb_per_s: float = 0.0
+    throughput_out_kb_per_s: float = 0.0
+    updated_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,72 @@ class Spread:
 
 
 @dataclass(frozen=True)
+class DecisionRow:
+    """One entry of the controller's outcome stream: what was asked, why, and how it ended."""
+
+    at_ms: int
+    kind: str
+    bundle: str
+    outcome: str
+    reason: str  # the outcome's reason ("owner changed: now b2"), often empty when applied
+    decision_reason: str  # the policy's reason ("Overloaded", "HighRate")
+    source: str
+    destination: str
+    decision_id: str
+
+
+@dataclass(frozen=True)
+class ExpiringLease:
+    bundle: str
+    broker: str
+    expires_in_s: float
+
+
+@dataclass(frozen=True)
+class Health:
+    """Leases and registry: what an operator checks before trusting the table."""
+
+    bundles: int = 0
+    owned: int = 0
+    expiring: tuple[ExpiringLease, ...] = ()  # live leases that end within the window
+    expiring_window_s: float = 0.0
+    registered: tuple[str, ...] = ()
+    live: tuple[str, ...] = ()
+    registration_expired: Mapping[str, float] = field(default_factory=dict)  # -> s since beat
+    reports_stale: Mapping[str, float] = field(default_factory=dict)  # -> s behind the job
+    without_report: tuple[str, ...] = ()  # live, registered, no load report
+    unregistered_reporting: tuple[str, ...] = ()  # a report, no live registration
+
+    @property
+    def unowned(self) -> int:
+        return self.bundles - self.owned
+
+    @property
+    def stale_brokers(self) -> list[str]:
+        """Brokers whose registration expired or whose reports stopped, sorted."""
+        return sorted({*self.registration_expired, *self.reports_stale})
+
+
+@dataclass(frozen=True)
+class Lag:
+    """The streaming job's position on the load-reports topic (see ``LagProbe``)."""
+
+    topic: str
+    end_offsets: Mapping[int, int]
+    processed_offsets: Mapping[int, int] | None  # None: the job's offsets are not readable here
+    checked_at_ms: int
+    error: str = ""
+
+    @property
+    def records(self) -> int | None:
+        if self.processed_offsets is None:
+            return None
+        return sum(
+            max(0, e - self.processed_offsets.get(p, 0)) for p, e in self.end_offsets.items()
+        )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one refresh of the monitor shows."""
 
@@ -75,12 +158,82 @@ class Snapshot:
     batch_event_ms: int | None
     batch_age_s: float | None
     read_at_ms: int
+    decisions: tuple[DecisionRow, ...] = ()  # the latest, newest first
+    new_decisions: tuple[DecisionRow, ...] = ()  # read by this refresh, oldest first
+    health: Health | None = None
+    lag: Lag | None = None
+    overloaded_pct: float = 85.0
+    balanced_max_over_mean: float = 1.10
 
     @property
     def complete(self) -> bool:
         """Every broker that owns a bundle has a report in the snapshot."""
         have = {r.broker for r in self.rows}
         return bool(self.owning_brokers) and self.owning_brokers <= have
+
+    @property
+    def balanced(self) -> bool | None:
+        if self.spread is None:
+            return None
+        return self.spread.max_over_mean <= self.balanced_max_over_mean
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: every value the screen shows, in Pulsar's spelling."""
+        h = self.health or Health()
+        lag = self.lag
+        return {
+            "readAtMs": self.read_at_ms,
+            "brokers": [
+                {**camel(r), "overloaded": r.max_pct >= self.overloaded_pct} for r in self.rows
+            ],
+            "spread": self.spread.as_dict() if self.spread else None,
+            "balanced": self.balanced,
+            "balancedMaxOverMean": self.balanced_max_over_mean,
+            "overloadedThresholdPct": self.overloaded_pct,
+            "applied": dict(self.applied),
+            "outcomes": dict(self.outcomes),
+            "decisions": [camel(d) for d in self.decisions],
+            "leases": {
+                "bundles": h.bundles,
+                "owned": h.owned,
+                "unowned": h.unowned,
+                "expiringWithinS": h.expiring_window_s,
+                "expiring": [camel(e) for e in h.expiring],
+            },
+            "registry": {
+                "registered": list(h.registered),
+                "live": list(h.live),
+                "registrationExpired": {k: round(v, 1) for k, v in h.registration_expired.items()},
+                "reportsStale": {k: round(v, 1) for k, v in h.reports_stale.items()},
+                "withoutReport": list(h.without_report),
+                "unregisteredReporting": list(h.unregistered_reporting),
+                "staleBrokers": h.stale_brokers,
+            },
+            "stream": {
+                "batch": self.batch,
+                "eventTimeMs": self.batch_event_ms,
+                "batchSeenAgoS": None if self.batch_age_s is None else round(self.batch_age_s, 1),
+                "topic": lag.topic if lag else None,
+                "endOffsets": {str(p): o for p, o in lag.end_offsets.items()} if lag else None,
+                "processedOffsets": (
+                    {str(p): o for p, o in lag.processed_offsets.items()}
+                    if lag and lag.processed_offsets is not None
+                    else None
+                ),
+                "lagRecords": lag.records if lag else None,
+                "lagError": lag.error if lag and lag.error else None,
+            },
+        }
+
+
+def camel(value: Any) -> dict[str, Any]:
+    """A frozen row as a JSON object: camelCase keys (units kept), floats to 3 decimals."""
+
+    def key(name: str) -> str:
+        head, *rest = name.split("_")
+        return head + "".join(w.capitalize() for w in rest)
+
+    return {key(k): round(v, 3) if isinstance(v, float) else v for k, v in asdict(value).items()}
 
 
 def spread_of(max_pcts: list[float]) -> Spread | None:
@@ -94,16 +247,29 @@ def spread_of(max_pcts: list[float]) -> Spread | None:
 
 
 def _pct(report: Mapping[str, Any], key: str) -> float:
+    """Pulsar's ``ResourceUsage.percentUsage``; an unknown reading (limit <= 0) counts 0."""
     u = report.get(key)
-    if not isinstance(u, dict) or not u.get("limit"):
+    if not isinstance(u, dict):
         return 0.0
-    return 100.0 * float(u.get("usage", 0.0)) / float(u["limit"])
+    try:
+        usage, limit = float(u.get("usage", 0.0)), float(u.get("limit") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return 100.0 * usage / limit if limit > 0 and usage >= 0 else 0.0
+
+
+def _num(report: Mapping[str, Any], key: str) -> float:
+    try:
+        return float(report.get(key, 0.0) or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def broker_row(broker: str, doc: Mapping[str, Any], bundles: int) -> BrokerRow:
     """A table row from a ``P:load:brokers`` document (layout in ``streaming.driver_view``)."""
     r = doc.get("report") or {}
     pcts = {k: _pct(r, k) for k in _RESOURCES}
+    updated = doc.get("updatedAtMs")
     return BrokerRow(
         broker=broker,
         cpu_pct=pcts["cpu"],
@@ -112,22 +278,64 @@ def broker_row(broker: str, doc: Mapping[str, Any], bundles: int) -> BrokerRow:
         bandwidth_out_pct=pcts["bandwidthOut"],
         max_pct=max(pcts.values()),
         bundles=bundles,
-        topics=int(r.get("numTopics", 0) or 0),
-        msg_rate_in=float(r.get("msgRateIn", 0.0) or 0.0),
-        msg_rate_out=float(r.get("msgRateOut", 0.0) or 0.0),
+        topics=int(_num(r, "numTopics")),
+        msg_rate_in=_num(r, "msgRateIn"),
+        msg_rate_out=_num(r, "msgRateOut"),
+        direct_memory_pct=pcts["directMemory"],
+        producers=int(_num(r, "numProducers")),
+        consumers=int(_num(r, "numConsumers")),
+        throughput_in_kb_per_s=_num(r, "msgThroughputIn") / 1024,
+        throughput_out_kb_per_s=_num(r, "msgThroughputOut") / 1024,
+        updated_at_ms=int(updated) if isinstance(updated, int | float) else None,
+    )
+
+
+def _text(fields: Mapping[bytes, bytes], key: str) -> str:
+    value = fields.get(key.encode())
+    return value.decode(errors="replace") if value is not None else ""
+
+
+def decision_row(fields: Mapping[bytes, bytes]) -> DecisionRow:
+    """An outcome-stream entry (fields in ``controller.apply._stream_entry``)."""
+    try:
+        at_ms = int(_text(fields, "atMs") or 0)
+    except ValueError:
+        at_ms = 0
+    return DecisionRow(
+        at_ms=at_ms,
+        kind=_text(fields, "kind") or "?",
+        bundle=_text(fields, "bundle"),
+        outcome=_text(fields, "outcome") or "?",
+        reason=_text(fields, "reason"),
+        decision_reason=_text(fields, "decisionReason"),
+        source=_text(fields, "source"),
+        destination=_text(fields, "destination"),
+        decision_id=_text(fields, "id"),
     )
 
 
 @dataclass
 class Monitor:
-    """Reads snapshots from one Redis under one key prefix; keeps the outcome counts."""
+    """Reads snapshots from one Redis under one key prefix; keeps the outcome counts.
+
+    ``lag_probe``: a callable giving the current ``Lag`` (``lbctl.monitor_lag.LagProbe``), or
+    None to leave Kafka out. ``expiring_window_s``: leases ending within this are listed;
+    ``stale_after_s``: a broker whose last report is this far behind the job's clock is stale.
+    """
 
     client: Any  # redis.Redis
     prefix: str = "lb"
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    lag_probe: Callable[[], Lag | None] | None = None
+    expiring_window_s: float = 10.0
+    stale_after_s: float = 60.0
+    overloaded_pct: float = 85.0
+    balanced_max_over_mean: float = 1.10
+    recent: int = 10
     _last_id: str = "-"
     _applied: dict[str, int] = field(default_factory=dict)
     _outcomes: dict[str, int] = field(default_factory=dict)
+    _recent: deque = field(default_factory=lambda: deque(maxlen=50))
     _batch: int | None = None
     _batch_seen_at: float | None = None
 
@@ -138,41 +346,74 @@ class Monitor:
 
         return cls(redis.Redis.from_url(url, socket_timeout=5, **redis_kwargs), prefix)
 
-    def _read_outcomes(self) -> None:
+    def _read_outcomes(self) -> list[DecisionRow]:
         key = f"{self.prefix}:outcome-stream"
+        new: list[DecisionRow] = []
         while True:
             start = "-" if self._last_id == "-" else f"({self._last_id}"
             entries = self.client.xrange(key, min=start, max="+", count=1000)
             if not entries:
-                return
+                break
             for entry_id, fields in entries:
                 self._last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-                doc = {k.decode(): v.decode() for k, v in fields.items()}
-                outcome = doc.get("outcome", "?")
-                self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1
-                if outcome == "applied":
-                    kind = doc.get("kind", "?")
-                    self._applied[kind] = self._applied.get(kind, 0) + 1
+                row = decision_row(fields)
+                self._outcomes[row.outcome] = self._outcomes.get(row.outcome, 0) + 1
+                if row.outcome == "applied":
+                    self._applied[row.kind] = self._applied.get(row.kind, 0) + 1
+                new.append(row)
+        self._recent.extend(new[-self._recent.maxlen :])
+        return new
 
-    def _owned_counts(self, now_ms: int) -> dict[str, int]:
+    def _server_ms(self) -> int:
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _leases(self, now_ms: int) -> tuple[dict[str, int], int, int, list[ExpiringLease]]:
+        """Owned-bundle counts per broker, bundles, owned bundles, leases ending soon."""
         from controller.redis_store import RedisStore
 
         store = RedisStore(self.client, self.prefix, clock="server")
         counts: dict[str, int] = {}
+        bundles = owned = 0
+        soon: list[ExpiringLease] = []
+        window_ms = self.expiring_window_s * 1000
         for ns in store.list_namespaces():
             try:
+                nb = store.get_namespace(ns)
                 owners = store.owners(ns, now_ms)
             except Exception:  # the namespace vanished between the two reads
                 continue
+            bundles += len(nb.bundle_names) if nb is not None else 0
             for lease in owners.values():
+                owned += 1
                 counts[lease.broker] = counts.get(lease.broker, 0) + 1
-        return counts
+                left_ms = lease.expires_at_ms - now_ms
+                if left_ms <= window_ms:
+                    soon.append(ExpiringLease(lease.bundle, lease.broker, round(left_ms / 1000, 1)))
+        soon.sort(key=lambda e: (e.expires_in_s, e.bundle))
+        return counts, bundles, owned, soon
+
+    def _registry(self, now_ms: int) -> tuple[list[str], list[str], dict[str, float]]:
+        """Registered ids, live ids, and expired registrations -> seconds since the heartbeat."""
+        registered = sorted(b.decode() for b in self.client.smembers(f"{self.prefix}:brokers"))
+        pipe = self.client.pipeline(transaction=False)
+        for b in registered:
+            pipe.hmget(f"{self.prefix}:broker:{b}", "heartbeat", "expires")
+        live, expired = [], {}
+        for b, (beat, expires) in zip(registered, pipe.execute(), strict=True):
+            if expires is not None and int(expires) > now_ms:
+                live.append(b)
+            else:
+                expired[b] = (now_ms - int(beat)) / 1000 if beat is not None else float("inf")
+        return registered, live, expired
 
     def read(self) -> Snapshot:
         """One consistent-enough read (several keys, no transaction: it is a display)."""
         now_ms = self.clock_ms()
-        self._read_outcomes()
-        owned = self._owned_counts(now_ms)
+        new = self._read_outcomes()
+        server_ms = self._server_ms()
+        owned, n_bundles, n_owned, soon = self._leases(server_ms)
+        registered, live, expired = self._registry(server_ms)
         raw = self.client.hgetall(f"{self.prefix}:load:brokers")
         rows = []
         for name_b, value in sorted(raw.items()):
@@ -181,13 +422,33 @@ class Monitor:
                 doc = json.loads(value)
             except ValueError:
                 continue
-            rows.append(broker_row(name, doc, owned.get(name, 0)))
+            if isinstance(doc, dict):
+                rows.append(broker_row(name, doc, owned.get(name, 0)))
         progress = self.client.hmget(f"{self.prefix}:stream:progress", "batch", "now_ms")
         batch = int(progress[0]) if progress[0] is not None else None
         event_ms = int(progress[1]) if progress[1] is not None else None
         if batch is not None and batch != self._batch:
             self._batch, self._batch_seen_at = batch, time.monotonic()
         age = None if self._batch_seen_at is None else time.monotonic() - self._batch_seen_at
+        stale = {}
+        if event_ms is not None:
+            for r in rows:
+                behind_s = (event_ms - r.updated_at_ms) / 1000 if r.updated_at_ms else None
+                if behind_s is not None and behind_s > self.stale_after_s:
+                    stale[r.broker] = behind_s
+        reporting = {r.broker for r in rows}
+        health = Health(
+            bundles=n_bundles,
+            owned=n_owned,
+            expiring=tuple(soon),
+            expiring_window_s=self.expiring_window_s,
+            registered=tuple(registered),
+            live=tuple(live),
+            registration_expired=expired,
+            reports_stale=stale,
+            without_report=tuple(b for b in live if b not in reporting),
+            unregistered_reporting=tuple(sorted(reporting - set(live))),
+        )
         return Snapshot(
             rows=tuple(rows),
             applied=dict(self._applied),
@@ -198,70 +459,10 @@ class Monitor:
             batch_event_ms=event_ms,
             batch_age_s=age,
             read_at_ms=now_ms,
+            decisions=tuple(reversed(list(self._recent)[-self.recent :])),
+            new_decisions=tuple(new),
+            health=health,
+            lag=self.lag_probe() if self.lag_probe is not None else None,
+            overloaded_pct=self.overloaded_pct,
+            balanced_max_over_mean=self.balanced_max_over_mean,
         )
-
-
-def footer_text(s: Snapshot) -> str:
-    """The footer line: decisions applied, usage spread, last batch."""
-    applied = ", ".join(f"{k}s {s.applied.get(k, 0)}" for k in DECISION_KINDS[:3])
-    if s.applied.get("merge"):
-        applied += f", merges {s.applied['merge']}"
-    other = sum(v for k, v in s.outcomes.items() if k != "applied")
-    spread = (
-        f"usage max/mean {s.spread.max_over_mean:.2f}, std {s.spread.std_pct:.1f} pts"
-        if s.spread
-        else "usage: no reports yet"
-    )
-    if s.batch is None:
-        batch = "stream: no batch yet"
-    else:
-        when = time.strftime("%H:%M:%S", time.gmtime((s.batch_event_ms or 0) / 1000))
-        age = f", seen {s.batch_age_s:.0f}s ago" if s.batch_age_s is not None else ""
-        batch = f"stream: batch {s.batch} (event time {when}Z{age})"
-    return f"applied: {applied} (other outcomes {other})  |  {spread}  |  {batch}"
-
-
-def _rate(per_s: float) -> str:
-    """Compact message rates (``55.8k``), so ten columns fit an 80-column terminal."""
-    if per_s >= 1e6:
-        return f"{per_s / 1e6:.1f}M"
-    if per_s >= 1e3:
-        return f"{per_s / 1e3:.1f}k"
-    return f"{per_s:.0f}"
-
-
-def render(s: Snapshot, title: str) -> Any:
-    """A rich ``Table`` of the snapshot, in the spirit of ``pulsar-perf monitor-brokers``."""
-    from rich import box
-    from rich.table import Table
-
-    # no vertical rules and short headers: ten columns fit an 80-column terminal
-    table = Table(title=title, expand=False, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False)
-    for col in (
-        "broker", "CPU%", "MEM%", "BWin%", "BWout%", "MAX%",
-        "bundles", "topics", "msg/s in", "msg/s out",
-    ):  # fmt: skip
-        table.add_column(col, justify="left" if col == "broker" else "right", no_wrap=True)
-    for r in s.rows:
-        table.add_row(
-            r.broker,
-            f"{r.cpu_pct:.1f}",
-            f"{r.memory_pct:.1f}",
-            f"{r.bandwidth_in_pct:.1f}",
-            f"{r.bandwidth_out_pct:.1f}",
-            f"{r.max_pct:.1f}",
-            str(r.bundles),
-            str(r.topics),
-            _rate(r.msg_rate_in),
-            _rate(r.msg_rate_out),
-            style="bold red" if r.max_pct >= 85 else None,
-        )
-    table.caption = footer_text(s).replace("  |  ", "\n")  # one line per part
-    table.caption_justify = "left"
-    return table
-
-
-def plain_line(s: Snapshot) -> str:
-    """One log line per refresh for ``--no-monitor`` (tests, CI)."""
-    brokers = " ".join(f"{r.broker}={r.max_pct:.0f}%/{r.bundles}b" for r in s.rows)
-    return f"{footer_text(s)}  |  {brokers}"

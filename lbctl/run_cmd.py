@@ -10,14 +10,19 @@ What runs (each its own process, logs in one run folder, ``.lbctl/run/<time>/`` 
 * ``lbctl simulate``: a simulated cluster playing the scenario (default ``hot_bundle``); its
   brokers publish load reports to Kafka and serve the bundles Redis says they own.
 
-The table, in the spirit of ``pulsar-perf monitor-brokers``, is read from Redis only (see
-``lbctl.monitor``). Ctrl-C (or SIGTERM) stops every process within a few seconds and says where
-the logs are; a second run needs no clean-up (fresh ports, fresh run folder). With ``--duration``
-or ``--cycles`` the run ends by itself and prints a summary: decisions applied by kind and the
-spread of broker usage at start and end.
+The live view is ``lbctl monitor``'s (``lbctl.monitor_cmd``): the ``pulsar-perf monitor-brokers``
+table, the latest decisions, lease and registry health and the streaming job's lag, read from
+Redis (and Kafka for the lag). Ctrl-C (or SIGTERM) stops every process within a few seconds and
+says where the logs are; a second run needs no clean-up (fresh ports, fresh run folder). With
+``--duration`` or ``--cycles`` the run ends by itself and prints a summary: decisions applied by
+kind, the spread of broker usage at start and end, and when the cluster first counted as
+balanced (max/mean usage within ``loadBalancerBalancedMaxOverMean``). At the end it writes
+``usage.png`` in the run folder (or ``--plot FILE``): broker usage over time with the applied
+decisions and the overload threshold (``lbctl.plots``).
 
 ``--fast`` runs the in-memory closed-loop simulator instead (no Kafka, Spark or Redis): the same
-policies at thousands of virtual minutes per second, for comparing strategies.
+policies at thousands of virtual minutes per second, for comparing strategies; its picture has
+virtual minutes on the time axis.
 """
 
 from __future__ import annotations
@@ -47,9 +52,17 @@ DEMO_KNOBS: dict[str, str] = {}
 # Spark's console progress bar would fill the stream's log file with carriage-return noise
 SPARK_ENV = {"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.showConsoleProgress=false pyspark-shell"}
 CATCH_UP_LIMIT_S = 240.0  # after the simulator's last cycle, wait at most this for the job
-BALANCED_MAX_OVER_MEAN = 1.25  # "balanced" for the summary's balancedAfterS, max/mean of usage
 
 log = logging.getLogger("lbctl.run")
+
+
+def _default_balanced() -> float:
+    from loadbalance.config import LoadBalancerConfig
+
+    return LoadBalancerConfig().load_balancer_balanced_max_over_mean
+
+
+DEFAULT_BALANCED = _default_balanced()  # loadBalancerBalancedMaxOverMean's default
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,6 +126,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-monitor", action="store_true", help="plain log lines, no live table")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="FILE.png",
+        help="where to write the usage picture (default: usage.png in the run folder)",
+    )
     p.add_argument(
         "--interval-seconds",
         type=float,
@@ -227,8 +247,10 @@ def run_live(args: argparse.Namespace) -> int:
                 "metrics: "
                 + ", ".join(f"{n} http://127.0.0.1:{p[1]}/metrics" for n, p in port.items())
             )
-        monitor_kwargs = config.redis_client_kwargs()
-        code, summary = _watch(args, sup, redis_url, config.redis_key_prefix, say, monitor_kwargs)
+        from lbctl.monitor_cmd import build_monitor
+
+        monitor = build_monitor(config, redis_url, bootstrap=bootstrap, checkpoint=checkpoint)
+        code, summary = _watch(args, sup, monitor, say, run_dir)
     except ServiceError as e:
         print(f"lbctl run: {e}", file=sys.stderr)
         summary = None
@@ -309,14 +331,15 @@ def _prepare(
     return checkpoint
 
 
-def _watch(
-    args, sup, redis_url: str, prefix: str, say, redis_kwargs: dict[str, Any]
-) -> tuple[int, dict[str, Any]]:
-    """Refresh the monitor until a stop, the end of the run, or a child's death."""
-    from lbctl.monitor import Monitor, plain_line, render
+def _watch(args, sup, monitor: Any, say, run_dir: Path) -> tuple[int, dict[str, Any]]:
+    """Refresh the monitor until a stop, the end of the run, or a child's death; sample usage
+    and applied decisions for the picture written at the end."""
+    from lbctl.monitor_cmd import plain_line, record, render
+    from lbctl.plots import UsageHistory
 
-    monitor = Monitor.from_url(redis_url, prefix, **redis_kwargs)
-    t0 = time.monotonic()
+    history = UsageHistory()
+    t0, start_ms = time.monotonic(), int(time.time() * 1000)
+    balanced_ratio = monitor.balanced_max_over_mean
     start_spread = end_spread = None
     balanced_after: float | None = None
     first_batch_after: float | None = None
@@ -350,13 +373,14 @@ def _watch(
                 if (
                     balanced_after is None
                     and sum(snap.applied.values()) > sum(initial_applied.values())
-                    and snap.spread.max_over_mean <= BALANCED_MAX_OVER_MEAN
+                    and snap.spread.max_over_mean <= balanced_ratio
                 ):
                     balanced_after = elapsed
             if snap is not None:
+                record(history, snap, elapsed, start_ms)
                 title = f"lbctl run {args.scenario}: {elapsed:.0f}s"
                 if live is not None:
-                    live.update(render(snap, title))
+                    live.update(render(snap, title, width=live.console.width))
                 else:
                     say(f"[{elapsed:6.1f}s] {plain_line(snap)}")
             for ex in sup.poll():
@@ -406,8 +430,25 @@ def _watch(
         "firstBatchAfterS": None if first_batch_after is None else round(first_batch_after, 1),
         "balancedAfterS": None if balanced_after is None else round(balanced_after, 1),
         "lastBatch": snap.batch if snap else None,
+        "balancedMaxOverMean": balanced_ratio,
+        "plot": _plot(args, history, run_dir, monitor.overloaded_pct, say),
     }
     return code, summary
+
+
+def _plot(args, history: Any, run_dir: Path, overloaded_pct: float, say) -> str | None:
+    """Write the usage picture; its path, or None without matplotlib or samples."""
+    from lbctl.plots import write_usage_png
+
+    path = args.plot or run_dir / "usage.png"
+    title = f"lbctl run {args.scenario} ({args.pair}): broker usage"
+    written = write_usage_png(
+        history, path, title=title, overloaded_pct=overloaded_pct,
+        out=sys.stderr if args.json else sys.stdout,
+    )  # fmt: skip
+    if written is not None:
+        say(f"usage picture: {written}")
+    return None if written is None else str(written)
 
 
 def _summary_text(s: dict[str, Any]) -> str:
@@ -424,7 +465,9 @@ def _summary_text(s: dict[str, Any]) -> str:
             f"run ended ({s['ended']}) after {s['seconds']}s; decisions applied: {applied}",
             f"usage spread: start {spread(s['spreadStart'])} -> end {spread(s['spreadEnd'])}",
             f"first streaming batch after: {secs(s['firstBatchAfterS'])}; balanced (max/mean <= "
-            f"{BALANCED_MAX_OVER_MEAN}) after: {secs(s['balancedAfterS'])}",
+            f"{s.get('balancedMaxOverMean', DEFAULT_BALANCED):.2f}) after: "
+            f"{secs(s['balancedAfterS'])}",
             f"logs: {s['runDir']}",
+            *([f"usage picture: {s['plot']}"] if s.get("plot") else []),
         ]
     )

@@ -1,0 +1,359 @@
+"""``lbctl monitor``: ``pulsar-perf monitor-brokers`` for this product, against any Kafka + Redis.
+
+What it shows (read by ``lbctl.monitor.Monitor``; ``lbctl run`` shows the same view):
+
+* the broker table: one row per broker with the columns of ``pulsar-perf monitor-brokers``
+  (SYSTEM: CPU, memory, direct memory, bandwidth in/out and max usage in percent; COUNT: topics,
+  bundles, producers, consumers; LATEST: message rates and throughput in/out), bundles being the
+  ones the broker holds leases on in Redis. A broker at or above
+  ``loadBalancerBrokerOverloadedThresholdPercentage`` is red; one above the balance band (the
+  mean times ``loadBalancerBalancedMaxOverMean``) is yellow; one whose reports stopped is dim.
+  Narrow terminals (under 120 columns) get the ten most useful columns;
+* the latest decisions from the controller's outcome stream: kind, bundle, brokers, the
+  policy's reason, the outcome and its reason;
+* health: the usage spread against the balance band, leases ending within ``--expiring-within``
+  seconds and bundles without a live owner, brokers whose registration expired or whose reports
+  fell behind the job's clock, and the streaming job's last batch and Kafka lag.
+
+``--once`` prints one refresh and exits; ``--json`` prints the same data as JSON (one document
+per refresh); ``--record FILE.png`` samples broker usage and applied decisions while it runs and
+writes a picture at the end (``lbctl.plots``). Pulsar's monitor prints its summary every 60 s;
+this one refreshes every ``--refresh-seconds`` (default 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lbctl.monitor import DECISION_KINDS, Monitor, Snapshot
+
+WIDE_COLUMNS = 120  # from this terminal width on, every pulsar-perf column is shown
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from lbctl.config_cmd import add_config_arguments
+
+    p = subparsers.add_parser(
+        "monitor",
+        help="live broker table, latest decisions, lease/registry health and stream lag "
+        "(pulsar-perf monitor-brokers)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="Kafka, for the streaming job's lag (default: config kafkaBootstrapServers; "
+        "none: no lag)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="the streaming job's checkpoint folder, if readable here: gives the lag in records",
+    )
+    p.add_argument("--refresh-seconds", type=float, default=2.0, help="refresh interval (2)")
+    p.add_argument("--once", action="store_true", help="print one refresh and exit")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument(
+        "--record", type=Path, default=None, metavar="FILE.png", help="write a usage picture"
+    )
+    p.add_argument("--decisions", type=int, default=10, help="latest decisions shown (10)")
+    p.add_argument(
+        "--expiring-within",
+        type=float,
+        default=None,
+        metavar="S",
+        help="list leases ending within S seconds (default: a third of the lease TTL)",
+    )
+    p.add_argument(
+        "--stale-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a broker whose last report is S seconds behind the job's clock is stale "
+        "(default: half of loadBalancerBrokerReportTimeoutSeconds)",
+    )
+    add_config_arguments(p)
+    p.set_defaults(func=monitor_main)
+
+
+def build_monitor(
+    config: Any,
+    redis_url: str,
+    *,
+    bootstrap: str | None = None,
+    checkpoint: Path | None = None,
+    expiring_within_s: float | None = None,
+    stale_after_s: float | None = None,
+    decisions: int = 10,
+) -> Monitor:
+    """A ``Monitor`` set up from the configuration (thresholds, key prefix, clients)."""
+    from lbctl.monitor_lag import LagProbe
+
+    monitor = Monitor.from_url(redis_url, config.redis_key_prefix, **config.redis_client_kwargs())
+    if bootstrap:
+        monitor.lag_probe = LagProbe(
+            bootstrap,
+            config.load_reports_topic,
+            config.kafka_client_settings() or None,
+            checkpoint,
+        )
+    ttl_s = float(config.load_balancer_ownership_lease_ttl_seconds)
+    monitor.expiring_window_s = ttl_s / 3 if expiring_within_s is None else expiring_within_s
+    timeout_s = float(config.load_balancer_broker_report_timeout_seconds)
+    monitor.stale_after_s = timeout_s / 2 if stale_after_s is None else stale_after_s
+    monitor.overloaded_pct = float(config.load_balancer_broker_overloaded_threshold_percentage)
+    monitor.balanced_max_over_mean = float(config.load_balancer_balanced_max_over_mean)
+    monitor.recent = max(1, decisions)
+    return monitor
+
+
+def monitor_main(args: argparse.Namespace) -> int:
+    import redis
+
+    from lbctl.config_cmd import load_from_args
+    from loadbalance.config import ConfigError, redact_url
+
+    try:
+        config = load_from_args(args)
+    except ConfigError as e:
+        print(f"lbctl monitor: {e}", file=sys.stderr)
+        return 2
+    url = args.redis_url or config.redis_url
+    if not url:
+        print("lbctl monitor: no Redis: pass --redis-url or set redisUrl", file=sys.stderr)
+        return 2
+    monitor = build_monitor(
+        config,
+        url,
+        bootstrap=args.bootstrap_servers or config.kafka_bootstrap_servers,
+        checkpoint=args.checkpoint,
+        expiring_within_s=args.expiring_within,
+        stale_after_s=args.stale_after,
+        decisions=args.decisions,
+    )
+    try:
+        return _loop(args, monitor)
+    except redis.ConnectionError as e:
+        print(f"lbctl monitor: Redis at {redact_url(url)} unreachable: {e}", file=sys.stderr)
+        return 1
+
+
+def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
+    from lbctl.plots import UsageHistory, write_usage_png
+
+    history = UsageHistory() if args.record else None
+    t0, start_ms = time.monotonic(), int(time.time() * 1000)
+    live = None
+    if not (args.json or args.once):
+        from rich.live import Live
+
+        live = Live(refresh_per_second=1, transient=False)
+        live.start()
+    snap = None
+    try:
+        while True:
+            snap = monitor.read()
+            elapsed = time.monotonic() - t0
+            if history is not None:
+                record(history, snap, elapsed, start_ms)
+            if args.json:
+                print(json.dumps(snap.as_dict(), sort_keys=True), flush=True)
+            elif args.once:
+                from rich.console import Console
+
+                console = Console()
+                console.print(render(snap, "lbctl monitor", width=console.width))
+            else:
+                live.update(
+                    render(snap, f"lbctl monitor: {elapsed:.0f}s", width=live.console.width)
+                )
+            if args.once or (args.duration is not None and elapsed >= args.duration):
+                break
+            time.sleep(args.refresh_seconds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+    if history is not None and snap is not None:
+        written = write_usage_png(
+            history, args.record, title="broker usage (lbctl monitor)",
+            overloaded_pct=snap.overloaded_pct,
+        )  # fmt: skip
+        if written:
+            print(f"usage picture: {written}", file=sys.stderr)
+    return 0
+
+
+def record(history: Any, snap: Snapshot, t_s: float, start_ms: int) -> None:
+    """One sample of every broker's max usage, and a marker per decision applied since start."""
+    history.sample(t_s, {r.broker: r.max_pct for r in snap.rows})
+    for d in snap.new_decisions:
+        if d.outcome == "applied" and d.at_ms >= start_ms:
+            history.mark(max(0.0, (d.at_ms - start_ms) / 1000), d.kind)
+
+
+# -- rendering ------------------------------------------------------------------------------
+def _rate(per_s: float) -> str:
+    """Compact numbers (``55.8k``), so the table fits a terminal."""
+    if per_s >= 1e6:
+        return f"{per_s / 1e6:.1f}M"
+    if per_s >= 1e3:
+        return f"{per_s / 1e3:.1f}k"
+    return f"{per_s:.0f}"
+
+
+def _clock(ms: int | None) -> str:
+    return "-" if not ms else time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) + "Z"
+
+
+def usage_text(s: Snapshot) -> str:
+    """Decisions applied by kind, outcomes, and the spread against the balance band."""
+    applied = ", ".join(f"{k}s {s.applied.get(k, 0)}" for k in DECISION_KINDS[:3])
+    if s.applied.get("merge"):
+        applied += f", merges {s.applied['merge']}"
+    other = sum(v for k, v in s.outcomes.items() if k != "applied")
+    if s.spread is None:
+        spread = "usage: no reports yet"
+    else:
+        verdict = "balanced" if s.balanced else "not balanced"
+        spread = (
+            f"usage max/mean {s.spread.max_over_mean:.2f} ({verdict} at <= "
+            f"{s.balanced_max_over_mean:.2f}), std {s.spread.std_pct:.1f} pts"
+        )
+    return f"applied: {applied} (other outcomes {other})  |  {spread}"
+
+
+def stream_text(s: Snapshot) -> str:
+    if s.batch is None:
+        text = "stream: no batch yet"
+    else:
+        age = f", seen {s.batch_age_s:.0f}s ago" if s.batch_age_s is not None else ""
+        text = f"stream: batch {s.batch} (event time {_clock(s.batch_event_ms)}{age})"
+    lag = s.lag
+    if lag is None:
+        return text
+    if lag.error:
+        return f"{text}; Kafka lag unknown: {lag.error}"
+    end = sum(lag.end_offsets.values())
+    if lag.records is None:
+        return f"{text}; {lag.topic}: {end} records, lag unknown (no checkpoint readable)"
+    return f"{text}; lag {lag.records} records of {end} on {lag.topic}"
+
+
+def health_text(s: Snapshot) -> list[str]:
+    """Lease and registry lines; problems are named, a healthy cluster gets short lines."""
+    h = s.health
+    if h is None:
+        return []
+    lines = []
+    lease = f"leases: {h.owned}/{h.bundles} bundles owned"
+    if h.unowned:
+        lease += f", {h.unowned} without a live owner"
+    if h.expiring:
+        named = ", ".join(f"{e.bundle} ({e.broker}, {e.expires_in_s:.0f}s)" for e in h.expiring[:4])
+        more = f" and {len(h.expiring) - 4} more" if len(h.expiring) > 4 else ""
+        lease += f"; {len(h.expiring)} ending within {h.expiring_window_s:.0f}s: {named}{more}"
+    lines.append(lease)
+    reg = f"registry: {len(h.live)}/{len(h.registered)} brokers live"
+    if h.registration_expired:
+        reg += "; registration expired: " + ", ".join(
+            f"{b} ({age:.0f}s since heartbeat)" for b, age in sorted(h.registration_expired.items())
+        )
+    if h.reports_stale:
+        reg += "; reports stopped: " + ", ".join(
+            f"{b} ({behind:.0f}s behind the job)" for b, behind in sorted(h.reports_stale.items())
+        )
+    if h.without_report:
+        reg += "; no report yet: " + ", ".join(h.without_report)
+    if h.unregistered_reporting:
+        reg += "; reporting but not registered: " + ", ".join(h.unregistered_reporting)
+    lines.append(reg)
+    return lines
+
+
+def footer_text(s: Snapshot) -> str:
+    """Every status line, joined with `` | `` (for the plain log line)."""
+    return "  |  ".join([usage_text(s), stream_text(s), *health_text(s)])
+
+
+def _style(s: Snapshot, max_pct: float, broker: str) -> str | None:
+    if s.health is not None and broker in s.health.reports_stale:
+        return "dim"
+    if max_pct >= s.overloaded_pct:
+        return "bold red"
+    if s.spread is not None and max_pct > s.spread.mean_pct * s.balanced_max_over_mean:
+        return "yellow"
+    return None
+
+
+def broker_table(s: Snapshot, title: str, *, wide: bool = False) -> Any:
+    """The ``pulsar-perf monitor-brokers`` table, one row per broker."""
+    from rich import box
+    from rich.table import Table
+
+    cols = ["broker", "CPU%", "MEM%", *(["DIR%"] if wide else []), "BWin%", "BWout%", "MAX%",
+            "topics", "bundles", *(["prod", "cons"] if wide else []), "msg/s in", "msg/s out",
+            *(["KB/s in", "KB/s out"] if wide else [])]  # fmt: skip
+    table = Table(title=title, expand=False, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False)
+    for col in cols:
+        table.add_column(col, justify="left" if col == "broker" else "right", no_wrap=True)
+    for r in s.rows:
+        cells = {
+            "broker": r.broker, "CPU%": f"{r.cpu_pct:.1f}", "MEM%": f"{r.memory_pct:.1f}",
+            "DIR%": f"{r.direct_memory_pct:.1f}", "BWin%": f"{r.bandwidth_in_pct:.1f}",
+            "BWout%": f"{r.bandwidth_out_pct:.1f}", "MAX%": f"{r.max_pct:.1f}",
+            "topics": str(r.topics), "bundles": str(r.bundles), "prod": str(r.producers),
+            "cons": str(r.consumers), "msg/s in": _rate(r.msg_rate_in),
+            "msg/s out": _rate(r.msg_rate_out), "KB/s in": _rate(r.throughput_in_kb_per_s),
+            "KB/s out": _rate(r.throughput_out_kb_per_s),
+        }  # fmt: skip
+        table.add_row(*(cells[c] for c in cols), style=_style(s, r.max_pct, r.broker))
+    return table
+
+
+_OUTCOME_STYLE = {"applied": "green", "rejected": "red", "conflict": "red", "dry_run": "cyan"}
+
+
+def decisions_table(s: Snapshot) -> Any:
+    """The latest decisions, newest first: what, why, and how it ended."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="latest decisions", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("at", "kind", "bundle", "from -> to", "why", "outcome"):
+        table.add_column(col, no_wrap=col != "outcome", overflow="fold")
+    for d in s.decisions:
+        moved = f"{d.source or '-'} -> {d.destination}" if d.destination else d.source or "-"
+        outcome = d.outcome + (f": {d.reason}" if d.reason else "")
+        style = _OUTCOME_STYLE.get(d.outcome, "dim")
+        table.add_row(_clock(d.at_ms), d.kind, d.bundle, moved, d.decision_reason or "-",
+                      f"[{style}]{outcome}[/]")  # fmt: skip
+    return table
+
+
+def render(s: Snapshot, title: str, *, width: int = 80) -> Any:
+    """The whole view: broker table, status lines, latest decisions."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = [broker_table(s, title, wide=width >= WIDE_COLUMNS)]
+    parts += [Text(line) for line in (usage_text(s), stream_text(s), *health_text(s))]
+    if s.decisions:
+        parts.append(decisions_table(s))
+    return Group(*parts)
+
+
+def plain_line(s: Snapshot) -> str:
+    """One log line per refresh (``--no-monitor``, tests, CI)."""
+    brokers = " ".join(f"{r.broker}={r.max_pct:.0f}%/{r.bundles}b" for r in s.rows)
+    return f"{footer_text(s)}  |  {brokers}"

@@ -1,0 +1,130 @@
+"""Broker usage over time as a PNG: what ``lbctl run`` and ``lbctl monitor --record`` leave behind.
+
+One line per broker (its largest resource usage, Pulsar's ``getMaxResourceUsage``, in percent),
+the mean as a dashed line, the overload threshold
+(``loadBalancerBrokerOverloadedThresholdPercentage``) as a red line, and a strip under the plot
+with one marker per applied decision (split, unload, transfer, merge) at the time it was applied,
+so a drop in a broker's line can be matched with the move that caused it.
+
+matplotlib is imported inside ``write_usage_png`` only: the table works without it, and without
+it the PNG is skipped with one line saying how to install it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_MARKERS = {"split": "^", "unload": "v", "transfer": "D", "merge": "s"}
+_KIND_COLOURS = {"split": "tab:purple", "unload": "tab:orange", "transfer": "tab:blue",
+                 "merge": "tab:green"}  # fmt: skip
+INSTALL_HINT = "pip install matplotlib"
+
+
+@dataclass
+class UsageHistory:
+    """Samples of broker usage and applied decisions, on one time axis (``x_label``).
+
+    ``lbctl run`` and ``lbctl monitor`` sample seconds since their start; ``lbctl run --fast``
+    samples virtual minutes. A broker missing from a sample (not reporting yet, or gone) leaves
+    a gap in its line rather than a fake zero.
+    """
+
+    x_label: str = "seconds since start"
+    times: list[float] = field(default_factory=list)
+    usage_pct: dict[str, list[float | None]] = field(default_factory=dict)
+    decisions: list[tuple[float, str]] = field(default_factory=list)
+
+    def sample(self, t: float, usage_pct: dict[str, float]) -> None:
+        n = len(self.times)
+        self.times.append(t)
+        for broker, value in usage_pct.items():
+            self.usage_pct.setdefault(broker, [None] * n).append(value)
+        for series in self.usage_pct.values():
+            if len(series) < n + 1:
+                series.append(None)
+
+    def mark(self, t: float, kind: str) -> None:
+        self.decisions.append((t, kind))
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+
+def write_usage_png(
+    history: UsageHistory,
+    path: Path,
+    *,
+    title: str,
+    overloaded_pct: float,
+    out: Any = None,
+) -> Path | None:
+    """Write the picture; None (and one line on ``out``) without matplotlib or samples."""
+    out = out or sys.stderr
+    if len(history) < 2:
+        print(f"usage plot: fewer than 2 samples, no picture written to {path}", file=out)
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"usage plot skipped: matplotlib is not installed ({INSTALL_HINT})", file=out)
+        return None
+
+    fig, (ax, strip) = plt.subplots(
+        2, 1, figsize=(10, 5.6), sharex=True, gridspec_kw={"height_ratios": [5, 1]}
+    )
+    t = history.times
+    for broker in sorted(history.usage_pct):
+        values = [float("nan") if v is None else v for v in history.usage_pct[broker]]
+        ax.plot(t, values, linewidth=1.6, label=broker)
+    means = []
+    for i in range(len(t)):
+        have = [s[i] for s in history.usage_pct.values() if s[i] is not None]
+        means.append(sum(have) / len(have) if have else float("nan"))
+    ax.plot(t, means, color="black", linestyle="--", linewidth=1.2, label="mean")
+    ax.axhline(overloaded_pct, color="red", linestyle="-", linewidth=1.2, alpha=0.8)
+    ax.annotate(
+        f"overloaded ({overloaded_pct:g}%)",
+        xy=(t[0], overloaded_pct),
+        xytext=(2, 3),
+        textcoords="offset points",
+        color="red",
+        fontsize=9,
+    )
+    top = max([overloaded_pct, *(v for s in history.usage_pct.values() for v in s if v)])
+    ax.set_ylim(0, min(100.0, top * 1.08) if top <= 100 else top * 1.05)
+    ax.set_ylabel("max resource usage, %")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+    kinds = [k for k in _MARKERS if any(kind == k for _, kind in history.decisions)]
+    for row, kind in enumerate(kinds):
+        xs = [x for x, k in history.decisions if k == kind]
+        strip.scatter(
+            xs, [row] * len(xs), marker=_MARKERS[kind], color=_KIND_COLOURS[kind], s=36,
+            label=f"{kind} ({len(xs)})",
+        )  # fmt: skip
+        for x in sorted(set(xs)):
+            ax.axvline(x, color=_KIND_COLOURS[kind], alpha=0.12, linewidth=1)
+            if (n := xs.count(x)) > 1:  # several at one sample: say how many
+                strip.annotate(f"{n}", (x, row), xytext=(4, 2), textcoords="offset points",
+                               fontsize=7, color=_KIND_COLOURS[kind])  # fmt: skip
+    strip.set_yticks(range(len(kinds)), kinds, fontsize=8)
+    strip.set_ylim(-0.7, max(len(kinds), 1) - 0.3)
+    if not kinds:
+        strip.text(0.5, 0.5, "no decision applied", transform=strip.transAxes, ha="center")
+    strip.set_xlabel(history.x_label)
+    strip.grid(axis="x", alpha=0.3)
+    if kinds:
+        strip.legend(loc="upper left", bbox_to_anchor=(1.01, 1.2), fontsize=8, frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
