@@ -82,7 +82,8 @@ def test_hostile_records_all_reach_the_dead_letter_topic_and_the_query_survives(
         records.append((case.key, case.value))
         if len(bad_offsets) >= N_BAD and len(good_brokers) >= 10:
             break
-    assert len(bad_offsets) >= 300 and set(per_class) == set(REPORT_CLASSES), per_class
+    # every refused class is present; tolerated ones (accepted, item ignored) count as good
+    assert len(bad_offsets) >= 300 and set(REPORT_CLASSES) <= set(per_class), per_class
     _publish(kafka_bootstrap, config.load_reports_topic, records)
 
     _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt", timeout_s=600)
