@@ -63,13 +63,13 @@ def test_a_missing_or_repeated_snippet_fails_naming_the_mutant(tmp_path: Path) -
 @pytest.mark.integration
 def test_the_harness_reports_a_mutant_that_no_test_kills(tmp_path: Path) -> None:
     """A harness that cannot see a survivor proves nothing: a change no test can notice (a
-    comment in recovery.py) run against an unrelated test must come back ``survived``."""
+    comment in this package) run against an unrelated test must come back ``survived``."""
     harmless = Mutant(
         "harmless",
         "no guard: a comment",
-        "controller/recovery.py",
-        "# A token more than this above every lower token on the topic is not trusted",
-        "# (mutated comment) a token far above the others is not trusted",
+        "tests/safety/mutants.py",
+        'REDIS = "controller/redis_store.py"\n',
+        'REDIS = "controller/redis_store.py"  # a comment no test reads\n',
         ("tests/unit/test_events.py::test_trusted_floor_ignores_a_token_far_above_the_others"
          "_and_keeps_dense_ones",),
         (),
@@ -86,7 +86,9 @@ def test_every_mutant_is_killed(capsys: pytest.CaptureFixture[str]) -> None:
     if shutil.which("git") is None:
         pytest.fail("the harness copies the repository with git ls-files; git is missing")
     rc = run_mutants.main(["--json"])
-    doc = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    assert out, f"exit {rc} before any mutant ran: {err}"
+    doc = json.loads(out)
     survivors = [(m["mutant"], m["status"], m["detail"]) for m in doc["mutants"]
                  if m["status"] != "killed"]  # fmt: skip
     assert rc == 0 and doc["ok"] and not survivors, survivors
