@@ -148,6 +148,11 @@ def monitor_main(args: argparse.Namespace) -> int:
 
 
 def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
+    """Refresh until ``--once``, ``--duration`` or Ctrl-C. A Redis that goes away while watching
+    (restarted, failed over) costs refreshes, not the monitor: it retries, says so, and still
+    writes the picture at the end; only ``--once`` and the first read fail fast."""
+    import redis
+
     from lbctl.plots import UsageHistory, write_usage_png
 
     history = UsageHistory() if args.record else None
@@ -161,8 +166,17 @@ def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
     snap = None
     try:
         while True:
-            snap = monitor.read()
             elapsed = time.monotonic() - t0
+            try:
+                snap = monitor.read()
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                if args.once or snap is None:
+                    raise
+                print(f"lbctl monitor: Redis read failed ({e}); retrying", file=sys.stderr)
+                if args.duration is not None and elapsed >= args.duration:
+                    break
+                time.sleep(args.refresh_seconds)
+                continue
             if history is not None:
                 record(history, snap, elapsed, start_ms)
             if args.json:
@@ -195,8 +209,10 @@ def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
 
 
 def record(history: Any, snap: Snapshot, t_s: float, start_ms: int) -> None:
-    """One sample of every broker's max usage, and a marker per decision applied since start."""
-    history.sample(t_s, {r.broker: r.max_pct for r in snap.rows})
+    """One sample of every broker's max usage, and a marker per decision applied since start.
+    Refreshes before the first report (Spark still starting) are not samples."""
+    if snap.rows:
+        history.sample(t_s, {r.broker: r.max_pct for r in snap.rows})
     for d in snap.new_decisions:
         if d.outcome == "applied" and d.at_ms >= start_ms:
             history.mark(max(0.0, (d.at_ms - start_ms) / 1000), d.kind)
@@ -246,7 +262,8 @@ def stream_text(s: Snapshot) -> str:
         return f"{text}; Kafka lag unknown: {lag.error}"
     end = sum(lag.end_offsets.values())
     if lag.records is None:
-        return f"{text}; {lag.topic}: {end} records, lag unknown (no checkpoint readable)"
+        why = "no committed batch in a readable checkpoint"
+        return f"{text}; {lag.topic}: {end} records, lag unknown ({why})"
     return f"{text}; lag {lag.records} records of {end} on {lag.topic}"
 
 

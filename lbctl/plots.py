@@ -88,16 +88,12 @@ def write_usage_png(
         means.append(sum(have) / len(have) if have else float("nan"))
     ax.plot(t, means, color="black", linestyle="--", linewidth=1.2, label="mean")
     ax.axhline(overloaded_pct, color="red", linestyle="-", linewidth=1.2, alpha=0.8)
-    ax.annotate(
-        f"overloaded ({overloaded_pct:g}%)",
-        xy=(t[0], overloaded_pct),
-        xytext=(2, 3),
-        textcoords="offset points",
-        color="red",
-        fontsize=9,
-    )
-    top = max([overloaded_pct, *(v for s in history.usage_pct.values() for v in s if v)])
-    ax.set_ylim(0, min(100.0, top * 1.08) if top <= 100 else top * 1.05)
+    ax.text(
+        0.005, overloaded_pct + 1, f"overloaded ({overloaded_pct:g}%)", color="red", fontsize=9,
+        transform=ax.get_yaxis_transform(), va="bottom",
+    )  # fmt: skip
+    top = max([0.0, *(v for s in history.usage_pct.values() for v in s if v is not None)])
+    ax.set_ylim(0, max(overloaded_pct + 8, top * 1.05))
     ax.set_ylabel("max resource usage, %")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -105,7 +101,7 @@ def write_usage_png(
 
     kinds = [k for k in _MARKERS if any(kind == k for _, kind in history.decisions)]
     for row, kind in enumerate(kinds):
-        xs = [x for x, k in history.decisions if k == kind]
+        xs = [round(x, 0) for x, k in history.decisions if k == kind]  # one second per slot
         strip.scatter(
             xs, [row] * len(xs), marker=_MARKERS[kind], color=_KIND_COLOURS[kind], s=36,
             label=f"{kind} ({len(xs)})",

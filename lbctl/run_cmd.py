@@ -415,6 +415,7 @@ def _watch(args, sup, monitor: Any, say, run_dir: Path) -> tuple[int, dict[str, 
     finally:
         if live is not None:
             live.stop()
+            print()
     summary = {
         "scenario": args.scenario,
         "ended": reason,
@@ -431,13 +432,14 @@ def _watch(args, sup, monitor: Any, say, run_dir: Path) -> tuple[int, dict[str, 
         "balancedAfterS": None if balanced_after is None else round(balanced_after, 1),
         "lastBatch": snap.batch if snap else None,
         "balancedMaxOverMean": balanced_ratio,
-        "plot": _plot(args, history, run_dir, monitor.overloaded_pct, say),
+        "plot": _plot(args, history, run_dir, monitor.overloaded_pct),
     }
     return code, summary
 
 
-def _plot(args, history: Any, run_dir: Path, overloaded_pct: float, say) -> str | None:
-    """Write the usage picture; its path, or None without matplotlib or samples."""
+def _plot(args, history: Any, run_dir: Path, overloaded_pct: float) -> str | None:
+    """Write the usage picture; its path (the summary names it), or None without matplotlib
+    or samples."""
     from lbctl.plots import write_usage_png
 
     path = args.plot or run_dir / "usage.png"
@@ -446,8 +448,6 @@ def _plot(args, history: Any, run_dir: Path, overloaded_pct: float, say) -> str 
         history, path, title=title, overloaded_pct=overloaded_pct,
         out=sys.stderr if args.json else sys.stdout,
     )  # fmt: skip
-    if written is not None:
-        say(f"usage picture: {written}")
     return None if written is None else str(written)
 
 
