@@ -29,7 +29,6 @@ MEMORY = "controller/memory_store.py"
 RECOVERY = "controller/recovery.py"
 
 CONTRACT = "tests/integration/test_store_contract.py"
-REDIS_TESTS = "tests/integration/test_redis_store.py"
 GUARDS = "tests/safety/test_guards.py"
 
 
@@ -253,7 +252,9 @@ MUTANTS: tuple[Mutant, ...] = (
         REDIS,
         "if tonumber(v) ~= tonumber(ARGV[1]) then return {0, tonumber(v)} end\n",
         "",
-        (f"{REDIS_TESTS}::test_racing_controllers_and_brokers_never_double_own_or_break_the_ring",),
+        # test_redis_store's racing test kills it only when its threads happen to interleave
+        # between a namespace read and the script; the guard test forces that interleaving
+        (),
         (_g("test_a_split_computed_from_a_stale_version_never_overwrites_a_newer_one"),),
     ),
     Mutant(

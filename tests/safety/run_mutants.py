@@ -241,7 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             baseline = run_copy(base_copy, every_test, lua_redis.url, "(unmutated)",
                                 f"all {len(every_test)} selected tests must pass")  # fmt: skip
             shutil.rmtree(base_copy, ignore_errors=True)
-            say(f"unmutated copy: {baseline.status} in {baseline.seconds:.1f} s, "
+            passed = "passed" if baseline.status == "survived" else "FAILED"
+            say(f"unmutated copy: {passed} in {baseline.seconds:.1f} s, "
                 f"controller.redis_store from {baseline.where}")  # fmt: skip
             if baseline.status != "survived":
                 say(f"the unmutated copy must pass: {baseline.killed_by} {baseline.detail}")
