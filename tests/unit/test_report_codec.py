@@ -371,3 +371,51 @@ def test_simple_load_report_bundle_stats_are_read_and_its_totals_summed() -> Non
     # re-encoded as LocalBrokerData, re-read with its kind kept
     again = decode_report(encode_report(r), r.broker)
     assert again.report_type == "LoadReport" and again.last_stats == r.last_stats
+
+
+def _leaf_paths(doc: object, prefix: tuple = ()) -> list[tuple]:
+    """Every path to a leaf value of a JSON document (dict keys and list indexes)."""
+    if isinstance(doc, dict):
+        return [p for k, v in doc.items() for p in _leaf_paths(v, (*prefix, k))] or [prefix]
+    if isinstance(doc, list):
+        return [p for i, v in enumerate(doc) for p in _leaf_paths(v, (*prefix, i))] or [prefix]
+    return [prefix]
+
+
+_REPORT_PATHS = _leaf_paths(REAL_REPORT)
+_HOSTILE = (
+    st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, -1.0, -(10**18), 2**63])
+    | st.sampled_from([None, True, "x", "", [], {}, {"usage": "a"}, [1, 2]])
+    | json_values
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(path=st.sampled_from(_REPORT_PATHS), value=_HOSTILE)
+def test_a_real_report_with_one_hostile_field_is_read_or_refused_naming_it(
+    path: tuple, value: object
+) -> None:
+    """Every case is valid JSON shaped like a real report with one field made hostile, so the
+    decoder's validation paths run (random bytes almost never reach them). The answer is a
+    refusal that names a field, or a model whose figures are all finite and in range."""
+    doc = json.loads(json.dumps(REAL_REPORT))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    raw = json.dumps(doc, allow_nan=True).encode()
+    try:
+        r = decode_report(raw, "b1")
+    except InvalidReport as e:
+        assert e.field and e.reason
+        return
+    for v in (r.msg_rate_in, r.msg_rate_out, r.msg_throughput_in, r.msg_throughput_out):
+        assert math.isfinite(v) and v >= 0
+    for res in (r.cpu, r.memory, r.direct_memory, r.bandwidth_in, r.bandwidth_out):
+        assert math.isfinite(res.usage) and math.isfinite(res.limit)
+        assert 0.0 <= res.percent_usage() <= 100.0 * MAX_USAGE_OVER_LIMIT
+    for name, stats in r.last_stats.items():
+        assert parse_bundle(name).name == name
+        for v in (stats.msg_rate_in, stats.msg_rate_out, stats.msg_throughput_in):
+            assert math.isfinite(v) and v >= 0
+        assert stats.topics >= 0 and stats.consumer_count >= 0
