@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.redis_store import canonical_bundle
+from controller.redis_store import canonical_bundle, claim_of
 from controller.store import BrokerNotAlive, Lease
 from loadbalance.bundles import BundleRange, NamespaceBundles, topic_namespace
 from loadbalance.errors import Conflict, InvalidInput
-from loadbalance.lease_history import Claim, NamespaceVersion, Recorder, Revocation
+from loadbalance.lease_history import NamespaceVersion, Recorder, Revocation
 
 __all__ = ["MemoryStore"]
 
@@ -80,19 +80,7 @@ class MemoryStore:
 
     def _claim(self, lease: Lease, kind: str) -> None:
         if self.recorder is not None:
-            r = canonical_bundle(lease.bundle)
-            self.recorder.record(
-                Claim(
-                    lease.broker,
-                    r.namespace,
-                    r.lower,
-                    r.upper,
-                    lease.token,
-                    lease.granted_at_ms,
-                    lease.expires_at_ms,
-                    kind,
-                )
-            )
+            self.recorder.record(claim_of(lease, kind))
 
     def _revoke(self, lease: Lease, at_ms: int, kind: str) -> None:
         if self.recorder is not None:

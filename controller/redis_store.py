@@ -260,6 +260,21 @@ class BrokerNotAlive(InvalidInput):
     """The broker is not registered, or its registration expired."""
 
 
+def claim_of(lease: Lease, kind: str) -> Claim:
+    """The history event for a lease the store just granted or renewed."""
+    r = parse_bundle(lease.bundle)
+    return Claim(
+        lease.broker,
+        r.namespace,
+        r.lower,
+        r.upper,
+        lease.token,
+        lease.granted_at_ms,
+        lease.expires_at_ms,
+        kind,
+    )
+
+
 def canonical_bundle(bundle: BundleRange | str) -> BundleRange:
     """The one identity of a bundle, whatever spelling (hex case) the caller used."""
     return bundle if isinstance(bundle, BundleRange) else parse_bundle(bundle)
@@ -341,19 +356,7 @@ class RedisStore:
 
     def _claim(self, lease: Lease, kind: str) -> None:
         if self.recorder is not None:
-            r = parse_bundle(lease.bundle)
-            self.recorder.record(
-                Claim(
-                    lease.broker,
-                    r.namespace,
-                    r.lower,
-                    r.upper,
-                    lease.token,
-                    lease.granted_at_ms,
-                    lease.expires_at_ms,
-                    kind,
-                )
-            )
+            self.recorder.record(claim_of(lease, kind))
 
     def _revoke(self, r: BundleRange, broker: str, token: int, at_ms: int, kind: str) -> None:
         if self.recorder is not None:
