@@ -1,4 +1,4 @@
-"""Bad-input figures (issue 6): hostile reports and decisions through the product's own gates.
+"""Bad-input figures: hostile reports and decisions through the product's own gates.
 
 Runs the fuzz corpus (``tests/fuzz/corpus.py``) through the exact per-record functions the job
 and the controller use: ``streaming.parse.parse_record`` for load reports and

@@ -9,7 +9,7 @@ Ids are deterministic: a SHA-256 over the cycle key and the decision's content, 
 same input batch yields the same ids and the controller can de-duplicate.
 
 ``decode_decision`` is the controller's only gate for records from the decisions topic, so it
-refuses anything the applier or Redis could choke on (issue 6): the size limit before parsing,
+refuses anything the applier or Redis could choke on: the size limit before parsing,
 wrong types, numbers outside their range, bundle names outside the ring (kept in their canonical
 spelling), split boundaries that are not strictly inside the bundle, merges of bundles that are
 not adjacent in one namespace, strings with lone surrogates (redis-py and Kafka encode UTF-8

@@ -21,7 +21,8 @@ on Kafka) and the averaged view in Redis.
 ``streaming.snapshot_docs``), and one row per broker that reported or went away, whose ``doc`` is
 its last report without ``lastStats`` and ``history_usage``/``msg_throughput_ema`` its averages.
 Why whole shards and not one row per bundle: a row per bundle cost a formatted document, an
-Arrow row and a dict update for each of 20,000 bundle samples a second (issue 3's target);
+Arrow row and a dict update for each of 20,000 bundle samples a second (100,000 bundles
+reported every 5 s);
 a shard blob is bytes the state step has already made.
 """
 

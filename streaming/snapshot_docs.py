@@ -5,12 +5,13 @@ shard's whole ``streaming.shard_state.ShardState`` blob as the state step holds 
 batch (every bundle's short- and long-term averages, last sample, last reporter, last-seen event
 time). The broker half stays JSON in ``P:load:brokers`` (``streaming.driver_view``).
 
-Why blobs and not one JSON document per bundle (the layout until stop 11): with 100,000 bundles
-reported every 5 s the job rewrote 20,000 documents a second, and formatting them (12 floats
-each, ``repr`` for exact round trips), carrying them as Spark rows to the driver and sending
-them to Redis was the largest share of a micro-batch. A shard blob is the state step's own
-bytes: no formatting, 32 Redis fields instead of 100,000, written in the same ``MULTI`` as the
-batch id, so a restarted job still starts from exactly the view the last batch left.
+Why blobs and not one JSON document per bundle: with 100,000 bundles reported every 5 s, one
+document per bundle means 20,000 documents a second to format (12 floats each, ``repr`` for
+exact round trips), carry as Spark rows to the driver and send to Redis, which would be the
+largest share of a micro-batch (docs/benchmarks.md, streaming job). A shard blob is the state
+step's own bytes: no formatting, 32 Redis fields instead of 100,000, written in the same
+``MULTI`` as the batch id, so a restarted job still starts from exactly the view the last batch
+left.
 
 Readers that want documents (``controller.placement``, ``controller.recovery``, tests, an
 operator's script) call ``read_bundle_docs``: the same fields the JSON documents had

@@ -16,8 +16,8 @@ unless it reaches ``minUnloadMessage`` msg/s (rate rule) or ``minUnloadMessageTh
 (throughput rule) and the max broker has more than one bundle. The max broker's bundles with a
 positive short-term metric are walked largest first; a bundle is taken when
 ``metric <= remaining + 1000`` - Pulsar's hard-coded delta, kept on purpose although it makes
-low-traffic clusters herd (issue #21905) - and ``remaining`` shrinks by it, possibly below zero
-(Pulsar does not stop there, so a small bundle can still follow). At most
+low-traffic clusters herd (apache/pulsar#21905) - and ``remaining`` shrinks by it, possibly
+below zero (Pulsar does not stop there, so a small bundle can still follow). At most
 ``maxUnloadBundleNumPerShedding`` bundles (-1 = unlimited). Only the single max broker sheds
 per cycle, which is why PIP-364 measured ~100 cycles to absorb 100 new brokers.
 

@@ -1,4 +1,4 @@
-"""``lbctl control`` rebuilds a Redis that lost its data by itself (issue 6), and only then.
+"""``lbctl control`` rebuilds a Redis that lost its data by itself, and only then.
 
 Real Redis (``EmbeddedRedis``, restarted without persistence so every key is gone) and the
 embedded Kafka; brokers re-register through the agent's ``LeaseKeeper`` and the load snapshot is
