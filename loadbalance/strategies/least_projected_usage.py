@@ -5,7 +5,7 @@ The placement half of our default pair. It scores each candidate with the same m
 resource usage, plus every bundle preallocated to it and not yet reported, plus this bundle, each
 converted from rates into usage on *that* broker. Two problems of Pulsar's strategies go away:
 
-* Herding (seed notes, PIP-364): preallocations count in usage terms, so a burst of lookups after
+* Herding (PIP-364): preallocations count in usage terms, so a burst of lookups after
   a scale-in spreads over the brokers in proportion to their headroom, which
   LeastResourceUsageWithWeight cannot do (it sees the same scores for every bundle of the burst).
 * Heterogeneity: a broker with four times the cores absorbs four times the work before its

@@ -4,8 +4,7 @@ Pulsar's classic pairs judge "loaded" twice, differently: ThresholdShedder unloa
 resource usage, LeastLongTermMessageRate places by message rate. A bundle shed for CPU can land
 on a broker that is low on messages but high on CPU (a small machine), and is shed again next
 cycle. LeastResourceUsageWithWeight fixes the mismatch but cannot count preallocated bundles,
-because a bundle has rates, not a usage percentage (the seed notes' argument), so a burst of
-lookups herds.
+because a bundle has rates, not a usage percentage, so a burst of lookups herds.
 
 This module closes that gap by turning a bundle's rates into a usage increase on a given broker:
 
