@@ -45,9 +45,9 @@ DEFAULT_PAIR = "ours"
 DEFAULT_RUN_ROOT = Path(".lbctl/run")
 # Knobs for demo speed, under the pair's and before the user's --set. Empty on purpose: with
 # --cycle-seconds 2 a virtual minute passes every 2 s, so Pulsar's one-minute split and shedding
-# intervals already fire every cycle and the 30-minute grace period lasts a minute of wall time;
-# measured, hot_bundle splits at the first streaming batch and is balanced within about a
-# minute and a half after it, with Pulsar's defaults.
+# intervals already fire every cycle and the 30-minute grace period lasts a minute of wall time,
+# so hot_bundle splits at the first streaming batch and balances with Pulsar's own defaults
+# (times in README, "lbctl run").
 DEMO_KNOBS: dict[str, str] = {}
 # Spark's console progress bar would fill the stream's log file with carriage-return noise
 SPARK_ENV = {"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.showConsoleProgress=false pyspark-shell"}

@@ -2,10 +2,10 @@
 
 Why: decoding is the costliest per-record step of the streaming job. ``decode_report`` validates
 a report one bundle at a time, building a ``BundleRange`` and a ``NamespaceBundleStats`` per
-bundle (58 ms for a 635 KB report of 2,500 bundles, of which ``json.loads`` is 8); the parse
-stage then turned those objects back into arrays anyway. ``decode_report_columns`` checks the
-same rules on whole columns with one regular-expression pass and a few NumPy operations (12 ms
-for that report, ``json.loads`` included), and hands the parse stage the arrays it needs.
+bundle, and the parse stage would turn those objects back into arrays anyway.
+``decode_report_columns`` checks the same rules on whole columns with one regular-expression
+pass and a few NumPy operations, several times faster for a report of thousands of bundles
+(figures in docs/benchmarks.md), and hands the parse stage the arrays it needs.
 
 The codec stays the single definition of a valid report. The fast path here accepts only the
 common case, each of whose rules is a plain restatement of the codec's: a ``LocalBrokerData``

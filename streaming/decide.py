@@ -18,13 +18,14 @@ Per micro-batch, on the driver:
    the new ``CycleState`` (``commit_cycle``).
 
 Why step 4 may run in the background (``background_cycles``, ``lbctl stream
---background-cycles``; off by default): a cycle over 100,000 bundles costs about 0.6 s of
-driver CPU, and run inside the batch it holds back every report that arrives meanwhile. In the
+--background-cycles``; off by default): a cycle over 100,000 bundles is the driver's largest
+single piece of CPU work, and run inside the batch it holds back every report that arrives
+meanwhile. In the
 background (a thread 10 steps nicer) it overlaps the next batch's Spark work instead; the next
 batch waits for it before it touches the view or Redis, so the view and the committed progress
 are never read or written by both at once. That pays only when the driver has a core to spare:
-on the benchmark's 2 shared cores the niced cycle waits for CPU (2-2.6 s of wall time) and the
-reports of its batch with it, and in-batch cycles gave the lower p99 (docs/benchmarks.md).
+on the benchmark's 2 shared cores the niced cycle waits for CPU and the reports of its batch
+with it, and in-batch cycles give the lower p99 (docs/benchmarks.md).
 
 Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
 is deterministic (its only clock is the watermark Spark logs with the batch), the view and
@@ -84,8 +85,8 @@ def policies_due(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> 
 def _lookahead(advance_ms: int) -> int:
     """How far ahead of a batch's clock to look for a due cycle: four times what the last batch
     advanced it, at least 3 s. The first warm-up in that window turns the whole view into the
-    core's values (about 1.5 s of CPU beside the next batch, so it must start a few batches
-    early to be over when the cycle comes); the next ones redo only what changed, and the cycle
+    core's values (more CPU than a whole batch takes, beside the next batch, so it must start a
+    few batches early to be over when the cycle comes); the next ones redo only what changed, and the cycle
     itself only what its own batch changed."""
     return max(3000, 4 * max(0, advance_ms))
 

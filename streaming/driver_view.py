@@ -151,7 +151,7 @@ def gc_paused() -> Iterator[None]:
 
     Why: a view holds about four objects per bundle (half a million at 100,000 bundles), and
     building tens of thousands of new ones triggers full collections that walk all of them
-    (about 0.25 s of a 1 s cycle). The objects are plain values without reference cycles, freed
+    (a large share of a cycle's time). The objects are plain values without reference cycles, freed
     by reference counting; collection resumes when the last thread leaves (threads may nest)."""
     with _GC_LOCK:
         if _GC_HOLDS[0] == 0:
@@ -280,7 +280,7 @@ class DriverView:
     ) -> dict[str, TimeAverageBrokerData]:
         """Every broker's ``TimeAverageBrokerData`` from the decoded shards' arrays.
 
-        ``build_view`` would sum 100,000 bundle objects in Python (about 0.3 s); here each
+        ``build_view`` would sum 100,000 bundle objects in Python; here each
         broker's rows are gathered from the shard arrays (Pulsar's defaults for bundles without
         data or left out of ``kept``) and each column is summed with ``math.fsum``, the
         correctly rounded sum ``TimeAverageBrokerData.of`` uses, so the bits are the same
@@ -332,8 +332,8 @@ class DriverView:
     def warm(self) -> None:
         """Materialise the current blobs in a background thread, so that the next policy cycle
         turns into the core's values only the bundles that change in between (a full view of
-        100,000 bundles costs about 1.5 s of driver time; the decision stage calls this when a
-        cycle is due within the next batches). The view a cycle sees does not depend on it."""
+        100,000 bundles costs more driver time than a batch; the decision stage calls this when
+        a cycle is due within the next batches). The view a cycle sees does not depend on it."""
         if self._warming is not None and self._warming.is_alive():
             return
         shards = dict(self._shards)

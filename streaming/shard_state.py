@@ -1,7 +1,7 @@
 """Per-shard bundle averages as arrays, and the vectorised form of Pulsar's update rule.
 
 Why arrays: keying Spark state by individual bundle costs state-server round trips per key and a
-Python call per row (DESIGN.md §5 measured about 20k rows/s that way), so the job keys bundle
+Python call per row (too slow for the bundle samples a cluster sends, DESIGN.md §5), so the job keys bundle
 state by *shard* (``shard_of(bundle)``) and keeps a whole shard as ONE value-state blob. Inside a
 shard the update of ``TimeAverageMessageData`` runs as NumPy operations across bundles.
 
