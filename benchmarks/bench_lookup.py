@@ -26,8 +26,8 @@ from pathlib import Path
 import redis
 
 from controller.lookup_cache import LookupCache
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedRedis
+from metadata_store.ownership_redis import RedisStore
 
 TTL = 30_000
 

@@ -35,10 +35,10 @@ from loadbalance.split_algorithms import ALL_ALGORITHMS, SPECIFIED_POSITIONS_DIV
 
 if TYPE_CHECKING:
     from controller.events import OwnershipEvent
-    from controller.redis_store import RedisStore
-    from controller.store import OwnershipStore
     from loadbalance.bundles import NamespaceBundles
     from loadbalance.config import LoadBalancerConfig
+    from metadata_store.ownership_redis import RedisStore
+    from metadata_store.protocol import OwnershipStore
 
 Rows = list[dict[str, Any]]
 BUNDLE_TYPES = ("LARGEST", "HOT")
@@ -249,9 +249,9 @@ def pick_bundle(store: RedisStore, ns: str, bundle_type: str) -> str:
 
 def split(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig) -> Rows:
     from controller.events import ASSIGNED, SPLIT, OwnershipEvent
-    from controller.redis_store import BrokerNotAlive
     from loadbalance.bundles import parse_bundle
     from loadbalance.split_algorithms import split_boundaries
+    from metadata_store.leases import BrokerNotAlive
 
     algo = args.split_algorithm_name or config.default_namespace_bundle_split_algorithm
     positions = sorted({p for group in args.split_boundaries for p in group})

@@ -23,10 +23,11 @@ import json
 import os
 from dataclasses import dataclass
 
-from controller.redis_store import BrokerNotAlive, RedisStore
 from loadbalance.bundles import parse_bundle
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.errors import Conflict, InvalidInput
+from metadata_store.leases import BrokerNotAlive
+from metadata_store.ownership_redis import RedisStore
 
 APPLIED = "applied"
 ALREADY_SATISFIED = "already_satisfied"

@@ -32,9 +32,10 @@ from loadbalance.config import ConfigError, redact_url
 from loadbalance.errors import Conflict, InvalidInput, Transient
 
 if TYPE_CHECKING:  # the Redis client is imported only by the verbs that run
-    from controller.redis_store import RedisStore
-    from controller.store import Lease, OwnershipStore
     from loadbalance.config import LoadBalancerConfig
+    from metadata_store.leases import Lease
+    from metadata_store.ownership_redis import RedisStore
+    from metadata_store.protocol import OwnershipStore
 
 _now_ms = av.now_ms
 _require = av.require_namespace
@@ -189,7 +190,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(func: Any, args: argparse.Namespace) -> int:
     import redis
 
-    from controller.redis_store import RedisStore
+    from metadata_store.ownership_redis import RedisStore
 
     url = ""
     try:
@@ -292,8 +293,8 @@ def _owners(
 def _control(args: argparse.Namespace) -> int:
     from controller.loop import run_loop
     from controller.recovery import AutoRecovery
-    from controller.redis_store import RedisStore
     from infra.topics import ensure_topics
+    from metadata_store.ownership_redis import RedisStore
 
     try:
         config = load_from_args(args)

@@ -69,9 +69,10 @@ from typing import Any
 
 import redis
 
-from controller.redis_store import Lease, RedisStore
 from loadbalance.bundles import NamespaceBundles, normalize_topic, topic_namespace
 from loadbalance.errors import InvalidInput
+from metadata_store.leases import Lease
+from metadata_store.ownership_redis import RedisStore
 
 log = logging.getLogger(__name__)
 

@@ -63,13 +63,14 @@ from controller.events import (
 )
 from controller.placement import sweep_and_reassign
 from controller.recovery import AutoRecovery, recovery_events, summary
-from controller.redis_store import Lease, RedisStore
-from controller.store import OwnershipStore
 from lbctl import metrics
 from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision, decode_decision
 from loadbalance.errors import InvalidDecision, Transient
+from metadata_store.leases import Lease
+from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import OwnershipStore
 
 REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError)
 """Errors that mean Redis is away for now (a restart, a failover): wait and retry, not exit."""

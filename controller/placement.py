@@ -26,8 +26,6 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.events import ASSIGNED, EXPIRED, EventPublisher, OwnershipEvent
-from controller.redis_store import Lease, RedisStore
-from controller.store import OwnershipStore
 from lbctl import metrics
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
@@ -37,6 +35,9 @@ from loadbalance.placement.pipeline import BrokerSelector
 from loadbalance.snapshot import parse_snapshot
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
+from metadata_store.leases import Lease
+from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import OwnershipStore
 from streaming.snapshot_docs import blobs_from_docs, read_bundle_docs, shards_key
 
 

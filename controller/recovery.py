@@ -47,9 +47,10 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from controller.events import ASSIGNED, MAX_TOKEN, InvalidEvent, OwnershipEvent, decode_event
-from controller.redis_store import BrokerNotAlive, RedisStore, _csv
 from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
 from loadbalance.errors import Conflict, InvalidInput, Transient
+from metadata_store.leases import BrokerNotAlive
+from metadata_store.ownership_redis import RedisStore, _csv
 from streaming.snapshot_docs import read_bundle_docs
 
 log = logging.getLogger("lbctl.recovery")

@@ -6,8 +6,9 @@ works the same against a real cluster. Everything it needs is already there:
 * ``P:load:brokers`` (written by the streaming job): each broker's latest report (CPU, memory,
   direct memory and bandwidth percentages, topics, producers, consumers, message rates and
   throughput) and its event time ``updatedAtMs``;
-* the ownership store (``controller.redis_store.RedisStore``): the bundles of every namespace and
-  the live lease of each, so the owners, the unowned bundles and the leases about to expire;
+* the ownership store (``metadata_store.ownership_redis.RedisStore``): the bundles of every
+  namespace and the live lease of each, so the owners, the unowned bundles and the leases
+  about to expire;
 * ``P:brokers`` / ``P:broker:<id>`` (the registry): who is registered and until when;
 * ``P:outcome-stream`` (written by the controller): every decision's outcome with the decision's
   reason; read incrementally (only new entries each refresh), so a long run stays cheap;
@@ -370,7 +371,7 @@ class Monitor:
 
     def _leases(self, now_ms: int) -> tuple[dict[str, int], int, int, list[ExpiringLease]]:
         """Owned-bundle counts per broker, bundles, owned bundles, leases ending soon."""
-        from controller.redis_store import RedisStore
+        from metadata_store.ownership_redis import RedisStore
 
         store = RedisStore(self.client, self.prefix, clock="server")
         counts: dict[str, int] = {}

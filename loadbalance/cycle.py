@@ -47,6 +47,7 @@ from loadbalance.merge_policy import find_bundles_to_merge
 from loadbalance.placement.pipeline import BrokerSelector
 from loadbalance.shedding.registry import make_shedder
 from loadbalance.split_policy import find_bundles_to_split
+from loadbalance.values import SkipReason
 from loadbalance.view import ClusterView, UsageWeights
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
@@ -139,7 +140,7 @@ def step(
     last_split, last_shed = state.last_split_ms, state.last_shedding_ms
     split_ran = shedding_ran = False
     if not config.load_balancer_enabled:
-        skips.append(Skip("LoadManager", "Disabled", detail="loadBalancerEnabled=false"))
+        skips.append(Skip("LoadManager", SkipReason.DISABLED, detail="loadBalancerEnabled=false"))
         return state, CycleResult((), tuple(skips))
 
     busy: set[str] = set()
@@ -169,9 +170,11 @@ def step(
         if shedder_state is None:
             shedder_state = shedder.initial_state()
         if not config.load_balancer_shedding_enabled:
-            skips.append(Skip(shedder.name, "Disabled", detail="loadBalancerSheddingEnabled=false"))
+            skips.append(
+                Skip(shedder.name, SkipReason.DISABLED, detail="loadBalancerSheddingEnabled=false")
+            )
         elif len(view.brokers) <= 1:
-            skips.append(Skip(shedder.name, "NoBrokers", detail="one broker or none"))
+            skips.append(Skip(shedder.name, SkipReason.NO_BROKERS, detail="one broker or none"))
         else:
             # Bundles being split or merged now are out of reach, as if just unloaded, so the
             # shedder picks others instead of choosing them and losing them here.

@@ -28,14 +28,15 @@ from typing import Any
 
 from loadbalance.bundles import parse_bundle
 from loadbalance.errors import InvalidDecision, InvalidInput
+from loadbalance.values import DecisionKind, DecisionReason, SkipReason
 
 SCHEMA_VERSION = 1
 
-SPLIT = "split"
-UNLOAD = "unload"
-TRANSFER = "transfer"
-MERGE = "merge"
-KINDS = (SPLIT, UNLOAD, TRANSFER, MERGE)
+SPLIT = DecisionKind.SPLIT
+UNLOAD = DecisionKind.UNLOAD
+TRANSFER = DecisionKind.TRANSFER
+MERGE = DecisionKind.MERGE
+KINDS: tuple[DecisionKind, ...] = tuple(DecisionKind)
 
 DEFAULT_MAX_DECISION_BYTES = 65536
 MAX_REASON_CHARS = 300
@@ -76,14 +77,14 @@ class Decision:
     """One balancing action for the controller to apply."""
 
     id: str
-    kind: str
+    kind: DecisionKind
     bundle: str
     source_broker: str | None
     destination_broker: str | None = None
     split_boundaries: tuple[int, ...] = ()
     split_algorithm: str | None = None
     merge_bundle: str | None = None
-    reason: str = ""
+    reason: DecisionReason | str = ""
     strategy: str = ""
     inputs: Mapping[str, Scalar] = field(default_factory=lambda: _EMPTY_INPUTS)
     cycle: str = ""
@@ -98,14 +99,14 @@ class Decision:
 def make_decision(
     *,
     cycle: str,
-    kind: str,
+    kind: DecisionKind | str,
     bundle: str,
     source_broker: str | None,
     destination_broker: str | None = None,
     split_boundaries: tuple[int, ...] = (),
     split_algorithm: str | None = None,
     merge_bundle: str | None = None,
-    reason: str = "",
+    reason: DecisionReason | str = "",
     strategy: str = "",
     inputs: Mapping[str, Scalar] | None = None,
     decided_at_ms: int = 0,
@@ -113,6 +114,7 @@ def make_decision(
     """Build a decision and compute its deterministic id."""
     if kind not in KINDS:
         raise InvalidInput("kind", f"unknown decision kind {kind!r}")
+    kind = DecisionKind(kind)
     bounds = tuple(sorted(split_boundaries))
     # one identity per bundle: the id, the store keys and the events all use the canonical name
     bundle = parse_bundle(bundle).name
@@ -142,7 +144,7 @@ class Skip:
     """A policy looked and chose not to act, with Pulsar's skip reason."""
 
     policy: str
-    reason: str
+    reason: SkipReason
     broker: str | None = None
     bundle: str | None = None
     detail: str = ""
@@ -243,8 +245,9 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
     if type(version) is not int or version != SCHEMA_VERSION:
         raise InvalidDecision("schemaVersion", f"unsupported version {version!r}")
     kind = doc.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise InvalidDecision("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    kind = DecisionKind(kind)
     bundle = _opt_str(doc, "bundle")
     if bundle is None:
         raise InvalidDecision("bundle", "missing")

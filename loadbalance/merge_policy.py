@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING
 from loadbalance.bundles import is_system_service_namespace
 from loadbalance.decisions import MERGE, Decision, PolicyResult, Skip, make_decision
 from loadbalance.split_algorithms import MBYTES
+from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
 
 STRATEGY = "ColdBundleMerger"
-REASON = "Cold"
+REASON = DecisionReason.COLD
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +110,11 @@ def _cold_pairs(view: ClusterView, config: LoadBalancerConfig, skips: list[Skip]
             if pair.topics > config.load_balancer_merge_max_topics:
                 continue
             if left in view.recently_unloaded or right in view.recently_unloaded:
-                skips.append(Skip(STRATEGY, "CoolDown", owner, left, f"with {right}"))
+                skips.append(Skip(STRATEGY, SkipReason.COOL_DOWN, owner, left, f"with {right}"))
                 continue
             if _would_split(pair, config):
                 detail = f"merged with {right} it would qualify for a split"
-                skips.append(Skip(STRATEGY, "Hysteresis", owner, left, detail))
+                skips.append(Skip(STRATEGY, SkipReason.HYSTERESIS, owner, left, detail))
                 continue
             pairs.append(pair)
     return pairs
@@ -138,12 +139,14 @@ def find_bundles_to_merge(
             continue
         if len(decisions) >= cap:
             detail = f"{len(decisions)} merges this cycle; {len(pairs) - i} cold pairs left over"
-            skips.append(Skip(STRATEGY, "MaxMergesPerCycle", p.owner, p.left, detail))
+            skips.append(Skip(STRATEGY, SkipReason.MAX_MERGES_PER_CYCLE, p.owner, p.left, detail))
             break
         count = len(view.namespaces[p.namespace]) - merged_in_ns.get(p.namespace, 0)
         if count - 1 < floor:
             detail = f"{p.namespace} would have {count - 1} bundles, minimum {floor}"
-            skips.append(Skip(STRATEGY, "NamespaceMinimumBundles", p.owner, p.left, detail))
+            skips.append(
+                Skip(STRATEGY, SkipReason.NAMESPACE_MINIMUM_BUNDLES, p.owner, p.left, detail)
+            )
             continue
         used.update((p.left, p.right))
         merged_in_ns[p.namespace] = merged_in_ns.get(p.namespace, 0) + 1

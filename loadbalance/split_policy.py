@@ -55,13 +55,13 @@ from loadbalance.split_algorithms import (
     range_equally_divide,
     split_boundaries,
 )
+from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
 
 STRATEGY = "BundleSplitterTask"
-TOPICS, SESSIONS, MSG_RATE, BANDWIDTH = "Topics", "Sessions", "MsgRate", "Bandwidth"
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 
@@ -78,7 +78,7 @@ class _Hot:
     bundle: str
     owner: str
     stats: NamespaceBundleStats
-    reason: str
+    reason: DecisionReason
     over_ratio: float
     msg_rate_per_s: float
     throughput_bytes_per_s: float
@@ -93,20 +93,20 @@ def split_reason(
     long_term_msg_rate_per_s: float,
     long_term_throughput_bytes_per_s: float,
     config: LoadBalancerConfig,
-) -> tuple[str, float] | None:
+) -> tuple[DecisionReason, float] | None:
     """The first threshold a bundle exceeds, with how far over it is (value / limit)."""
     max_topics = config.load_balancer_namespace_bundle_max_topics
     max_sessions = config.load_balancer_namespace_bundle_max_sessions
     max_rate = config.load_balancer_namespace_bundle_max_msg_rate
     max_bytes = config.load_balancer_namespace_bundle_max_bandwidth_mbytes * MBYTES
     if stats.topics > max_topics:
-        return TOPICS, _ratio(stats.topics, max_topics)
+        return DecisionReason.TOPICS, _ratio(stats.topics, max_topics)
     if max_sessions > 0 and stats.sessions > max_sessions:
-        return SESSIONS, _ratio(stats.sessions, max_sessions)
+        return DecisionReason.SESSIONS, _ratio(stats.sessions, max_sessions)
     if long_term_msg_rate_per_s > max_rate:
-        return MSG_RATE, _ratio(long_term_msg_rate_per_s, max_rate)
+        return DecisionReason.MSG_RATE, _ratio(long_term_msg_rate_per_s, max_rate)
     if long_term_throughput_bytes_per_s > max_bytes:
-        return BANDWIDTH, _ratio(long_term_throughput_bytes_per_s, max_bytes)
+        return DecisionReason.BANDWIDTH, _ratio(long_term_throughput_bytes_per_s, max_bytes)
     return None
 
 
@@ -212,18 +212,20 @@ def _limit_inputs(config: LoadBalancerConfig) -> dict[str, Any]:
     }
 
 
-def _valid_range(view: ClusterView, bundle: str) -> tuple[BundleRange | None, str, str]:
+def _valid_range(
+    view: ClusterView, bundle: str
+) -> tuple[BundleRange | None, SkipReason | None, str]:
     """Parse the bundle and check it is current and splittable: (range, skip reason, detail)."""
     try:
         rng = parse_bundle(bundle)
     except InvalidBundle as e:
-        return None, "InvalidBundle", e.reason
+        return None, SkipReason.INVALID_BUNDLE, e.reason
     known = view.namespaces.get(rng.namespace)
     if known is not None and not known.contains(rng):
-        return None, "UnknownBundle", f"not a current bundle of {rng.namespace}"
+        return None, SkipReason.UNKNOWN_BUNDLE, f"not a current bundle of {rng.namespace}"
     if not rng.can_split():
-        return None, "CannotSplit", "range is one hash wide"
-    return rng, "", ""
+        return None, SkipReason.CANNOT_SPLIT, "range is one hash wide"
+    return rng, None, ""
 
 
 def find_bundles_to_split(
@@ -259,29 +261,31 @@ def find_bundles_to_split(
     added: dict[str, int] = {}
     for h in sorted(hot, key=lambda h: (-h.over_ratio, h.bundle)):
         bundle_range, why, detail = _valid_range(view, h.bundle)
-        if bundle_range is None:
+        if bundle_range is None or why is not None:
             skips.append(Skip(STRATEGY, why, h.owner, h.bundle, detail))
             continue
         if debounce and hits.get(h.bundle, 0) <= hit_threshold:
             detail = f"hot {hits.get(h.bundle, 0)} times, needs more than {hit_threshold}"
-            skips.append(Skip(STRATEGY, "HitCount", h.owner, h.bundle, detail))
+            skips.append(Skip(STRATEGY, SkipReason.HIT_COUNT, h.owner, h.bundle, detail))
             continue
         if len(decisions) >= max_splits:
             detail = f"already {len(decisions)} splits this cycle"
-            skips.append(Skip(STRATEGY, "MaxSplitsPerCycle", h.owner, h.bundle, detail))
+            skips.append(Skip(STRATEGY, SkipReason.MAX_SPLITS_PER_CYCLE, h.owner, h.bundle, detail))
             continue
         ns = bundle_range.namespace
         count = _namespace_bundle_count(view, ns)
         room = max_bundles - count - added.get(ns, 0)
         if room <= 0:
             detail = f"{count} bundles + {added.get(ns, 0)} this cycle, maximum {max_bundles}"
-            skips.append(Skip(STRATEGY, "NamespaceMaximumBundles", h.owner, h.bundle, detail))
+            skips.append(
+                Skip(STRATEGY, SkipReason.NAMESPACE_MAXIMUM_BUNDLES, h.owner, h.bundle, detail)
+            )
             continue
         algorithm, points, extra = _cut_points(bundle_range, view, config, loads)
         points = points[:room]
         if not points:
             detail = f"{algorithm} found no boundary inside {bundle_range.range_name}"
-            skips.append(Skip(STRATEGY, "NoBoundary", h.owner, h.bundle, detail))
+            skips.append(Skip(STRATEGY, SkipReason.NO_BOUNDARY, h.owner, h.bundle, detail))
             continue
         added[ns] = added.get(ns, 0) + len(points)
         hit_count = hits.pop(h.bundle, 0)

@@ -17,11 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.redis_store import canonical_bundle, claim_of
-from controller.store import BrokerNotAlive, Lease
 from loadbalance.bundles import BundleRange, NamespaceBundles, topic_namespace
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_history import NamespaceVersion, Recorder, Revocation
+from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
 
 __all__ = ["MemoryStore"]
 

@@ -42,7 +42,6 @@ import json
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -56,7 +55,8 @@ from loadbalance.bundles import (
     topic_namespace,
 )
 from loadbalance.errors import Conflict, InvalidInput
-from loadbalance.lease_history import Claim, Event, NamespaceVersion, Recorder, Revocation
+from loadbalance.lease_history import Event, NamespaceVersion, Recorder, Revocation
+from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
 
 # Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
 # (``TIME``) when the store runs with ``clock="server"`` and passes an empty string. Judging a
@@ -239,45 +239,6 @@ return {1, token, exp, now}
 MAX_RETRIES = 5
 SWEEP_BATCH = 500  # lease keys judged per sweep script (bounds the time Redis is busy)
 CLOCKS = ("caller", "server")
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A bundle's ownership: who, with which fencing token, until when (epoch ms).
-
-    ``granted_at_ms`` is the store's clock when it granted or last renewed the lease (0 where
-    unknown, e.g. a lease read back); it does not take part in equality.
-    """
-
-    bundle: str
-    broker: str
-    token: int
-    expires_at_ms: int
-    granted_at_ms: int = field(default=0, compare=False)
-
-
-class BrokerNotAlive(InvalidInput):
-    """The broker is not registered, or its registration expired."""
-
-
-def claim_of(lease: Lease, kind: str) -> Claim:
-    """The history event for a lease the store just granted or renewed."""
-    r = parse_bundle(lease.bundle)
-    return Claim(
-        lease.broker,
-        r.namespace,
-        r.lower,
-        r.upper,
-        lease.token,
-        lease.granted_at_ms,
-        lease.expires_at_ms,
-        kind,
-    )
-
-
-def canonical_bundle(bundle: BundleRange | str) -> BundleRange:
-    """The one identity of a bundle, whatever spelling (hex case) the caller used."""
-    return bundle if isinstance(bundle, BundleRange) else parse_bundle(bundle)
 
 
 class RedisStore:

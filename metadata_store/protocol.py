@@ -2,8 +2,8 @@
 the metadata store (Pulsar keeps the same things in ZooKeeper).
 
 Why a ``Protocol``: the policy and the controller should not care whether ownership lives in
-Redis (``controller.redis_store.RedisStore``, the product) or in process memory
-(``controller.memory_store.MemoryStore``, for unit tests and the fast simulator). Both are
+Redis (``metadata_store.ownership_redis.RedisStore``, the product) or in process memory
+(``metadata_store.ownership_memory.MemoryStore``, for unit tests). Both are
 checked by the same contract tests (``tests/integration/test_store_contract.py``), so a
 behaviour written down here is a behaviour both keep.
 
@@ -47,10 +47,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from controller.redis_store import BrokerNotAlive, Lease
 from loadbalance.bundles import NamespaceBundles
+from metadata_store.leases import Lease
 
-__all__ = ["BrokerNotAlive", "Lease", "OwnershipStore"]
+__all__ = ["OwnershipStore"]
 
 
 @runtime_checkable

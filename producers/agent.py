@@ -60,7 +60,7 @@ class ReportPublisher(Protocol):
 
 
 class LeaseStore(Protocol):
-    """The part of ``controller.redis_store.RedisStore`` the agent uses."""
+    """The part of ``metadata_store.ownership_redis.RedisStore`` the agent uses."""
 
     def register_broker(
         self, broker: str, now_ms: int, ttl_ms: int, info: Mapping[str, Any] | None = None

@@ -110,7 +110,7 @@ def run_agent(args: argparse.Namespace) -> int:
     keeper = None
     redis_url = args.redis_url or config.redis_url
     if redis_url:
-        from controller.redis_store import RedisStore
+        from metadata_store.ownership_redis import RedisStore
 
         store = RedisStore.from_url(
             redis_url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()

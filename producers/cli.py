@@ -250,8 +250,8 @@ def run_simulate_live(args: argparse.Namespace) -> int:
 
 
 def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
-    from controller.redis_store import RedisStore
     from infra.topics import ensure_topics
+    from metadata_store.ownership_redis import RedisStore
     from producers import scoreboard
     from producers.agent_cli import _kafka_security
     from producers.live_sim import (

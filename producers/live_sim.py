@@ -58,13 +58,14 @@ from typing import Any
 import redis
 
 from controller.placement import lookup_and_assign
-from controller.redis_store import Lease, RedisStore
 from loadbalance.bundles import NamespaceBundles, bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.model import LocalBrokerData
 from loadbalance.report_codec import encode_report
+from metadata_store.leases import Lease
+from metadata_store.ownership_redis import RedisStore
 from producers.agent import KafkaReportPublisher, LeaseKeeper, wall_clock_ms
 from producers.fast_sim import BROKER_CRASH, BROKER_DOWN, BROKER_UP, event_schedule
 from producers.scenarios import Scenario, initial_owners

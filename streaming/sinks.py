@@ -185,7 +185,7 @@ class RedisProgress:
 
     def read_namespaces(self) -> dict[str, NamespaceBundles]:
         """Current boundaries, read through the controller's store (one layout, one reader)."""
-        from controller.redis_store import RedisStore
+        from metadata_store.ownership_redis import RedisStore
 
         store = RedisStore(self.r, self.p)
         out: dict[str, NamespaceBundles] = {}

@@ -31,6 +31,7 @@ from loadbalance.shedding.selection import (
     sheddable_bundles,
     unload_decisions,
 )
+from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class OverloadShedder:
         cycle: str,
     ) -> tuple[Any, PolicyResult]:
         if len(view.brokers) <= 1:
-            return state, PolicyResult((), (Skip(self.name, "NoBrokers"),))
+            return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
         decisions: list[Decision] = []
         skips: list[Skip] = []
@@ -73,14 +74,16 @@ class OverloadShedder:
             if len(broker.bundles) == 1:
                 (sole,) = broker.bundles
                 detail = f"usage={usage:.4f} threshold={threshold:.4f}"
-                skips.append(Skip(self.name, "HighUsageSingleBundle", name, sole, detail))
+                skips.append(
+                    Skip(self.name, SkipReason.HIGH_USAGE_SINGLE_BUNDLE, name, sole, detail)
+                )
                 continue
             fraction = usage - threshold + ADDITIONAL_THRESHOLD_PERCENT_MARGIN
             target_bytes_per_s = broker.report.msg_throughput * fraction
             candidates = sheddable_bundles(view, broker, taken)
             if not candidates:
                 detail = "no bundles" if not broker.bundles else "all recently unloaded"
-                skips.append(Skip(self.name, "NoBundles", name, detail=detail))
+                skips.append(Skip(self.name, SkipReason.NO_BUNDLES, name, detail=detail))
                 continue
             picked = select_until(candidates, target_bytes_per_s, max_bundles_to_shed(broker))
             taken.update(b for b, _ in picked)
@@ -88,7 +91,7 @@ class OverloadShedder:
                 self.name,
                 broker,
                 picked,
-                reason="Overloaded",
+                reason=DecisionReason.OVERLOADED,
                 inputs={
                     "brokerMaxResourceUsage": usage,
                     "overloadThreshold": threshold,
@@ -101,5 +104,5 @@ class OverloadShedder:
             )
         if not decisions and not skips:
             detail = f"max usage {highest:.4f} < threshold {threshold:.4f}"
-            skips.append(Skip(self.name, "Balanced", detail=detail))
+            skips.append(Skip(self.name, SkipReason.BALANCED, detail=detail))
         return state, PolicyResult(tuple(decisions), tuple(skips))

@@ -43,6 +43,7 @@ from loadbalance.shedding.selection import (
     sheddable_bundles,
     unload_decisions,
 )
+from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import BrokerView, ClusterView
 
 if TYPE_CHECKING:
@@ -71,11 +72,13 @@ class ThresholdShedder:
         cycle: str,
     ) -> tuple[Any, PolicyResult]:
         if len(view.brokers) <= 1:
-            return state, PolicyResult((), (Skip(self.name, "NoBrokers"),))
+            return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         brokers = [view.brokers[n] for n in sorted(view.brokers)]
         avg = sum(b.history_usage for b in brokers) / len(brokers)
         if avg == 0:
-            skip = Skip(self.name, "NoLoadData", detail="average max resource usage is 0")
+            skip = Skip(
+                self.name, SkipReason.NO_LOAD_DATA, detail="average max resource usage is 0"
+            )
             return state, PolicyResult((), (skip,))
         t = config.load_balancer_broker_threshold_shedder_percentage / 100.0
         min_bytes_per_s = config.load_balancer_bundle_unload_min_throughput_threshold * MB
@@ -99,7 +102,7 @@ class ThresholdShedder:
                 broker,
                 target,
                 min_bytes_per_s,
-                "Overloaded",
+                DecisionReason.OVERLOADED,
                 inputs,
                 taken,
                 skips,
@@ -112,7 +115,7 @@ class ThresholdShedder:
             )
         if not decisions and not skips:
             detail = f"avg={avg:.4f} trigger={avg + t:.4f} lower={avg - t:.4f}"
-            skips.append(Skip(self.name, "Balanced", detail=detail))
+            skips.append(Skip(self.name, SkipReason.BALANCED, detail=detail))
         return state, PolicyResult(tuple(decisions), tuple(skips))
 
     def _shed(
@@ -133,16 +136,16 @@ class ThresholdShedder:
         name = broker.broker
         if target_bytes_per_s < min_bytes_per_s:
             detail = f"target={target_bytes_per_s:.0f} B/s < minimum={min_bytes_per_s:.0f} B/s"
-            skips.append(Skip(self.name, "BelowMinThroughput", name, detail=detail))
+            skips.append(Skip(self.name, SkipReason.BELOW_MIN_THROUGHPUT, name, detail=detail))
             return []
         if len(broker.bundles) == 1:
             (sole,) = broker.bundles
-            skips.append(Skip(self.name, "HighUsageSingleBundle", name, sole))
+            skips.append(Skip(self.name, SkipReason.HIGH_USAGE_SINGLE_BUNDLE, name, sole))
             return []
         candidates = sheddable_bundles(view, broker, taken)
         if not candidates:
             detail = "no bundles" if not broker.bundles else "all recently unloaded"
-            skips.append(Skip(self.name, "NoBundles", name, detail=detail))
+            skips.append(Skip(self.name, SkipReason.NO_BUNDLES, name, detail=detail))
             return []
         picked = select_until(candidates, target_bytes_per_s, max_bundles_to_shed(broker))
         taken.update(b for b, _ in picked)
@@ -181,7 +184,7 @@ class ThresholdShedder:
                 top = b
         if top is None:
             detail = f"lower boundary: no broker with more than one bundle above {lower:.4f}"
-            skips.append(Skip(self.name, "NoBundles", detail=detail))
+            skips.append(Skip(self.name, SkipReason.NO_BUNDLES, detail=detail))
             return []
         target = top.report.msg_throughput * t * LOWER_BOUNDARY_THRESHOLD_MARGIN
         inputs = {
@@ -195,7 +198,7 @@ class ThresholdShedder:
             top,
             target,
             min_bytes_per_s,
-            "Underloaded",
+            DecisionReason.UNDERLOADED,
             inputs,
             taken,
             skips,

@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, ClassVar
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
 from loadbalance.shedding.system_namespaces import is_system_bundle
+from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import BrokerView, ClusterView
 
 if TYPE_CHECKING:
@@ -195,11 +196,11 @@ class _LoadStats:
     def reason(self) -> str | None:
         """Why the current (max, min) pair should shed, or ``None`` when balanced."""
         if self.std > self.target_std:
-            return "Overloaded"
+            return DecisionReason.OVERLOADED
         if self.underloaded():
-            return "Underloaded"
+            return DecisionReason.UNDERLOADED
         if self.overloaded():
-            return "Overloaded"
+            return DecisionReason.OVERLOADED
         return None
 
     def offload(self, max_load: float, min_load: float, moved_load: float) -> None:
@@ -314,24 +315,32 @@ class TransferShedder:
         if fresh is None:  # cool-down, already recorded as a skip
             return stop(state.hit_count)
         if any(not math.isfinite(b.history_usage) for b in fresh.values()):
-            return stop(state.hit_count, "NoLoadData", "a broker's load is not a number")
+            return stop(state.hit_count, SkipReason.NO_LOAD_DATA, "a broker's load is not a number")
         if len(fresh) < 2:
-            return stop(state.hit_count, "NoBrokers", f"{len(fresh)} broker(s) with fresh data")
+            return stop(
+                state.hit_count, SkipReason.NO_BROKERS, f"{len(fresh)} broker(s) with fresh data"
+            )
 
         stats = _LoadStats(
             sorted(fresh.values(), key=lambda b: (b.history_usage, b.broker)), config
         )
         if stats.reason() is None:
-            return stop(0, "Balanced", stats.describe())
+            return stop(0, SkipReason.BALANCED, stats.describe())
         hits = state.hit_count + 1
         threshold = config.load_balancer_shedding_condition_hit_count_threshold
         if hits <= threshold:
-            return stop(hits, "HitCount", f"hit {hits} <= {threshold}; {stats.describe()}")
+            return stop(
+                hits, SkipReason.HIT_COUNT, f"hit {hits} <= {threshold}; {stats.describe()}"
+            )
 
         decisions = self._shed(view, config, stats, skips, cycle=cycle, now_ms=now_ms)
         if not decisions:
-            no_data = any(s.reason == "NoLoadData" for s in skips)
-            return stop(hits, "NoLoadData" if no_data else "NoBundles", stats.describe())
+            no_data = any(s.reason == SkipReason.NO_LOAD_DATA for s in skips)
+            return stop(
+                hits,
+                SkipReason.NO_LOAD_DATA if no_data else SkipReason.NO_BUNDLES,
+                stats.describe(),
+            )
         for d in decisions:
             for broker in (d.source_broker, d.destination_broker):
                 if broker is not None:
@@ -356,14 +365,16 @@ class TransferShedder:
             b = view.brokers[name]
             age_ms = now_ms - b.updated_at_ms
             if age_ms > ttl_ms:
-                skips.append(Skip(self.name, "OutDatedData", name, detail=f"age {age_ms} ms"))
+                skips.append(
+                    Skip(self.name, SkipReason.OUT_DATED_DATA, name, detail=f"age {age_ms} ms")
+                )
                 continue
             moved_at_ms = recent.get(name)
             if moved_at_ms is not None:
                 elapsed_ms = b.updated_at_ms - moved_at_ms
                 if elapsed_ms < delay_ms:
                     detail = f"data {elapsed_ms} ms after the last move < {delay_ms:g} ms"
-                    skips.append(Skip(self.name, "CoolDown", name, detail=detail))
+                    skips.append(Skip(self.name, SkipReason.COOL_DOWN, name, detail=detail))
                     return None
                 del recent[name]
             fresh[name] = b
@@ -394,14 +405,18 @@ class TransferShedder:
             stats.hi -= 1
             top = top_bundles(view, src, k)
             if not top:
-                why = "NoLoadData" if src.bundles else "NoBundles"
+                why = SkipReason.NO_LOAD_DATA if src.bundles else SkipReason.NO_BUNDLES
                 skips.append(Skip(self.name, why, src.broker, detail="no bundle stats"))
                 continue
             if len(top) == 1:
-                skips.append(Skip(self.name, "NoBundles", src.broker, top[0][0], "sole bundle"))
+                skips.append(
+                    Skip(self.name, SkipReason.NO_BUNDLES, src.broker, top[0][0], "sole bundle")
+                )
                 continue
             if max_load <= 0:  # nothing to offload (Pulsar would divide by zero here)
-                skips.append(Skip(self.name, "NoBundles", src.broker, detail="max load is 0"))
+                skips.append(
+                    Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail="max load is 0")
+                )
                 continue
             offload = (max_load - min_load) / 2
             thr_max = src.report.msg_throughput
@@ -410,7 +425,7 @@ class TransferShedder:
             pair.walk(offload_bytes_per_s, top)
             if pair.marked <= 0:
                 detail = f"no bundle fits {offload_bytes_per_s:.0f} B/s"
-                skips.append(Skip(self.name, "NoBundles", src.broker, detail=detail))
+                skips.append(Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail=detail))
                 continue
             net = pair.marked - pair.gained
             moved_load = net * max_load / thr_max if thr_max > 0 else offload

@@ -39,6 +39,7 @@ from loadbalance.shedding.selection import (
     sheddable_bundles,
     unload_decisions,
 )
+from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import BrokerView, ClusterView
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class UniformLoadShedder:
         cycle: str,
     ) -> tuple[Any, PolicyResult]:
         if len(view.brokers) <= 1:
-            return state, PolicyResult((), (Skip(self.name, "NoBrokers"),))
+            return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         brokers = [view.brokers[n] for n in sorted(view.brokers)]
         rate_hi, max_rate, rate_lo, min_rate = _extremes(brokers, "msg_rate")
         thr_hi, max_thr, thr_lo, min_thr = _extremes(brokers, "msg_throughput")
@@ -104,16 +105,18 @@ class UniformLoadShedder:
             minimum = config.min_unload_message_throughput
         else:
             detail = f"msgRateDiff={rate_diff_pct:.1f}% throughputMultiplier={thr_multiplier:.2f}"
-            return state, PolicyResult((), (Skip(self.name, "Balanced", detail=detail),))
+            return state, PolicyResult((), (Skip(self.name, SkipReason.BALANCED, detail=detail),))
 
         name = source.broker
         if len(source.bundles) <= 1:
             sole = next(iter(source.bundles), None)
-            skip = Skip(self.name, "HighUsageSingleBundle", name, sole, detail=metric)
+            skip = Skip(self.name, SkipReason.HIGH_USAGE_SINGLE_BUNDLE, name, sole, detail=metric)
             return state, PolicyResult((), (skip,))
         if amount < minimum:
             detail = f"{metric}: {amount} to move < minimum {minimum:g}"
-            return state, PolicyResult((), (Skip(self.name, "BelowMinUnload", name, None, detail),))
+            return state, PolicyResult(
+                (), (Skip(self.name, SkipReason.BELOW_MIN_UNLOAD, name, None, detail),)
+            )
 
         cap = config.max_unload_bundle_num_per_shedding
         limit = max_bundles_to_shed(source) if cap < 0 else min(cap, max_bundles_to_shed(source))
@@ -128,12 +131,14 @@ class UniformLoadShedder:
                 picked.append((bundle, value))
         if not picked:
             detail = f"{metric}: no bundle <= {amount} + {UNLOAD_DELTA}"
-            return state, PolicyResult((), (Skip(self.name, "NoBundles", name, None, detail),))
+            return state, PolicyResult(
+                (), (Skip(self.name, SkipReason.NO_BUNDLES, name, None, detail),)
+            )
         decisions = unload_decisions(
             self.name,
             source,
             picked,
-            reason="Overloaded",
+            reason=DecisionReason.OVERLOADED,
             inputs={
                 "rule": metric,
                 "underloadedBroker": dest.broker,

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
 from loadbalance.strategies.usage_projection import KBYTES, BundleLoad, UsageModel, Weights
+from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class ProjectedUsageShedder:
     ) -> tuple[ProjectedShedderState, PolicyResult]:
         state = state if isinstance(state, ProjectedShedderState) else ProjectedShedderState()
         if len(view.brokers) < 2:
-            return state, PolicyResult((), (Skip(self.name, "NoBrokers"),))
+            return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         model = UsageModel(view, Weights.of(config))
         delay_ms = int(config.load_balance_shedding_delay_in_seconds * 1000)
         pending = _replay_pending(state, view, model, now_ms, delay_ms)
@@ -124,7 +125,9 @@ class ProjectedUsageShedder:
             new_state = ProjectedShedderState(
                 MappingProxyType(pending), MappingProxyType(came_from)
             )
-            return new_state, PolicyResult((), (Skip(self.name, "Balanced", detail=detail),))
+            return new_state, PolicyResult(
+                (), (Skip(self.name, SkipReason.BALANCED, detail=detail),)
+            )
         decisions = self._plan(
             view, config, model, loads, mean, pending, came_from, now_ms=now_ms, cycle=cycle
         )
@@ -175,7 +178,11 @@ class ProjectedUsageShedder:
             counts[s] -= 1
             counts[d] += 1
             movable[s].remove(pick)
-            reason = "Overloaded" if before_s > mean * self.trigger_ratio else "Underloaded"
+            reason = (
+                DecisionReason.OVERLOADED
+                if before_s > mean * self.trigger_ratio
+                else DecisionReason.UNDERLOADED
+            )
             inputs = {
                 "sourceLoad": round(before_s, 4),
                 "destinationLoad": round(before_d, 4),

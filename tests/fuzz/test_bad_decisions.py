@@ -32,11 +32,11 @@ from controller.apply import (
     REJECTED,
     apply_decision,
 )
-from controller.redis_store import RedisStore
 from loadbalance.bundles import parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, UNLOAD, Decision, decode_decision
 from loadbalance.errors import InvalidDecision
+from metadata_store.ownership_redis import RedisStore
 from tests.fuzz.corpus import DECISION_CLASSES, NAMESPACES, Case, decision_cases, valid_decision
 from tests.reliability.invariants import StoreState, check_invariants, read_state
 

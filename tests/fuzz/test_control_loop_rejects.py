@@ -16,8 +16,8 @@ import redis
 from confluent_kafka import Producer
 
 from controller.loop import run_loop
-from controller.redis_store import RedisStore
 from loadbalance.decisions import decode_decision
+from metadata_store.ownership_redis import RedisStore
 from tests.fuzz.corpus import DECISION_CLASSES, NAMESPACES, decision_cases
 
 N_RECORDS = 330

@@ -8,8 +8,8 @@ import time
 import pytest
 import redis
 
-from controller.redis_store import RedisStore
 from lbctl.main import main
+from metadata_store.ownership_redis import RedisStore
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

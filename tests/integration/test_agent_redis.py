@@ -9,9 +9,9 @@ from types import MappingProxyType
 import pytest
 import redis
 
-from controller.redis_store import RedisStore
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.model import NamespaceBundleStats, ResourceUsage
+from metadata_store.ownership_redis import RedisStore
 from producers import agent_cli
 from producers.agent import Agent, LeaseKeeper, wall_clock_ms
 from producers.bundle_stats import BundleStatsSnapshot

@@ -14,8 +14,8 @@ from controller.apply import (
     apply_decision,
     outcome_of,
 )
-from controller.redis_store import RedisStore
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, make_decision
+from metadata_store.ownership_redis import RedisStore
 
 NS = "acme/pay"
 TTL = 30_000

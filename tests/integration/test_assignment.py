@@ -16,10 +16,11 @@ from controller.events import (
     encode_event,
 )
 from controller.placement import lookup_and_assign, lookup_assign_event, put_load_snapshot
-from controller.redis_store import Lease, RedisStore
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
+from metadata_store.leases import Lease
+from metadata_store.ownership_redis import RedisStore
 
 NS = "acme/assign"
 

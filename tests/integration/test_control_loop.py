@@ -32,7 +32,6 @@ from controller.events import (
 )
 from controller.loop import run_loop
 from controller.placement import put_load_snapshot
-from controller.redis_store import RedisStore
 from lbctl import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, TRANSFER, UNLOAD, encode_decision, make_decision
@@ -40,6 +39,7 @@ from loadbalance.decisions import SPLIT as SPLIT_DECISION
 from loadbalance.errors import Transient
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
+from metadata_store.ownership_redis import RedisStore
 from tests.integration.test_assignment import read_events
 
 NS = "acme/loop"

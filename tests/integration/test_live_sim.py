@@ -28,10 +28,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
 from controller.placement import put_load_snapshot
-from controller.redis_store import RedisStore
 from lbctl import metrics
 from loadbalance.model import LocalBrokerData
 from loadbalance.report_codec import decode_report, report_to_dict
+from metadata_store.ownership_redis import RedisStore
 from producers import cli
 from producers.fast_sim import make_config, simulate
 from producers.live_sim import LiveSim, TimestampedReportPublisher

@@ -16,9 +16,10 @@ import pytest
 import redis
 
 from controller.lookup_cache import LookupCache
-from controller.redis_store import Lease, RedisStore
 from infra.embedded import EmbeddedRedis
 from loadbalance.errors import InvalidInput
+from metadata_store.leases import Lease
+from metadata_store.ownership_redis import RedisStore
 
 pytestmark = pytest.mark.integration
 

@@ -142,8 +142,8 @@ def _read_all(bootstrap: str, topic: str) -> list[bytes]:
 def test_lbctl_stream_serves_metrics_that_reflect_the_batches(
     spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, exporter_log
 ):
-    from controller.redis_store import RedisStore
     from lbctl.main import main
+    from metadata_store.ownership_redis import RedisStore
 
     config = _config(unique_topic)
     store = RedisStore(fresh_redis, config.redis_key_prefix)
@@ -274,8 +274,8 @@ def test_lbctl_agent_serves_its_reports_leases_and_host_usage(
     import sys
     import threading
 
-    from controller.redis_store import RedisStore
     from loadbalance.report_codec import decode_report
+    from metadata_store.ownership_redis import RedisStore
     from producers.agent import wall_clock_ms
 
     prefix, broker = f"t{uuid.uuid4().hex[:8]}", f"agent-{uuid.uuid4().hex[:6]}:8080"

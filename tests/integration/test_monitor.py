@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from controller.apply import apply_decision
-from controller.redis_store import RedisStore
 from lbctl.main import main
 from loadbalance.decisions import TRANSFER, make_decision
+from metadata_store.ownership_redis import RedisStore
 from streaming.sinks import Progress, RedisProgress
 
 

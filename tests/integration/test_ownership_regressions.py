@@ -20,10 +20,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.memory_store import MemoryStore
-from controller.redis_store import RedisStore
 from lbctl.main import main
 from loadbalance.errors import Conflict
+from metadata_store.ownership_memory import MemoryStore
+from metadata_store.ownership_redis import RedisStore
 
 NS = "acme/ns"
 LOWER, UPPER = 0xC0000000, 0xFFFFFFFF

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from controller.redis_store import RedisStore
 from lbctl.main import main
+from metadata_store.ownership_redis import RedisStore
 from streaming.snapshot_docs import blobs_from_docs, shards_key
 
 TTL_MS = 600_000

@@ -8,11 +8,12 @@ import threading
 import pytest
 import redis
 
-from controller.redis_store import BrokerNotAlive, RedisStore
 from loadbalance.bundles import FULL_UPPER, check_boundaries
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_checker import check_history
 from loadbalance.lease_history import HistoryRecorder
+from metadata_store.leases import BrokerNotAlive
+from metadata_store.ownership_redis import RedisStore
 
 NS = "acme/orders"
 TTL = 30_000

@@ -206,7 +206,7 @@ def _decisions(bootstrap: str, topic: str) -> dict[str, Any]:
 def test_run_splits_the_hot_bundle_sheds_the_overloaded_broker_and_stops_on_sigint(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
-    from controller.redis_store import RedisStore
+    from metadata_store.ownership_redis import RedisStore
 
     tag = uuid.uuid4().hex[:8]
     prefix = f"e2e{tag}"
@@ -357,9 +357,9 @@ def test_monitor_reads_rows_owners_and_applied_decisions_from_redis(redis_url: s
     """The table's data path against real Redis: the stream's snapshot documents, the owners in
     the store, and the controller's outcome stream (counted once, however often it is read)."""
     from controller.apply import apply_decision
-    from controller.redis_store import RedisStore
     from lbctl.monitor import Monitor
     from loadbalance.decisions import TRANSFER, make_decision
+    from metadata_store.ownership_redis import RedisStore
 
     prefix = f"mon{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(redis_url)

@@ -22,11 +22,11 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedRedis
 from infra.redaction import SecretFilter, install_secret_filter, redact_text
 from infra.topics import kafka_client_config
 from loadbalance.config import load_config
+from metadata_store.ownership_redis import RedisStore
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-Requirepass-7f3a"

@@ -15,13 +15,14 @@ from collections.abc import Callable
 
 import pytest
 
-from controller.memory_store import MemoryStore
-from controller.redis_store import RedisStore
-from controller.store import BrokerNotAlive, Lease, OwnershipStore
 from loadbalance.bundles import FULL_UPPER, check_boundaries, parse_bundle
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_checker import check_history
 from loadbalance.lease_history import Claim, HistoryRecorder
+from metadata_store.leases import BrokerNotAlive, Lease
+from metadata_store.ownership_memory import MemoryStore
+from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import OwnershipStore
 
 NS = "acme/contract"
 TTL = 30_000

@@ -16,13 +16,13 @@ from typing import Any
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from controller.redis_store import RedisStore
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import ingest_kwargs
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, decode_decision
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.report_codec import encode_report
 from loadbalance.view import LoadState, ingest_many
+from metadata_store.ownership_redis import RedisStore
 from streaming.decide import BatchStats
 from streaming.job import StreamSettings, start_query
 from streaming.snapshot_docs import read_bundle_docs

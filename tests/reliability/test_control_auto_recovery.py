@@ -23,13 +23,13 @@ from controller.events import OwnershipEvent, encode_event
 from controller.loop import run_loop
 from controller.placement import put_load_snapshot
 from controller.recovery import AutoRecovery, current_epoch, detect_loss, last_report
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedRedis, free_port
 from lbctl import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import TRANSFER, encode_decision, make_decision
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
+from metadata_store.ownership_redis import RedisStore
 from producers.agent import LeaseKeeper
 from streaming.snapshot_docs import blobs_from_docs, shards_key
 from tests.integration.test_assignment import read_events

@@ -18,7 +18,6 @@ import redis
 from confluent_kafka import Producer
 
 from controller.apply import outcome_of
-from controller.redis_store import RedisStore
 from loadbalance.decisions import (
     MERGE,
     SPLIT,
@@ -27,6 +26,7 @@ from loadbalance.decisions import (
     encode_decision,
     make_decision,
 )
+from metadata_store.ownership_redis import RedisStore
 from tests.reliability.invariants import check_invariants, lbctl, set_args, stop, wait_for
 
 pytestmark = pytest.mark.integration

@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from controller.apply import outcome_of
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedKafka
 from infra.offsets import latest_offsets
 from infra.topics import ensure_topics
 from loadbalance.decisions import TRANSFER, encode_decision, make_decision
+from metadata_store.ownership_redis import RedisStore
 from tests.reliability.invariants import check_invariants, lbctl, set_args, stop, wait_for
 
 pytestmark = pytest.mark.integration

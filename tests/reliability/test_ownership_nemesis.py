@@ -48,12 +48,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from controller.apply import apply_decision
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedRedis, free_port
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_checker import check_history
 from loadbalance.lease_history import Claim, Event, HistoryRecorder, NamespaceVersion, Revocation
+from metadata_store.ownership_redis import RedisStore
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from controller.placement import assign, put_load_snapshot, sweep_and_reassign
-from controller.redis_store import RedisStore
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.errors import Conflict
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
+from metadata_store.ownership_redis import RedisStore
 from producers.agent import LeaseKeeper
 from tests.reliability.invariants import check_invariants
 

@@ -20,8 +20,8 @@ from confluent_kafka import Producer
 
 from controller.events import OwnershipEvent, encode_event
 from controller.recovery import AutoRecovery, last_report, recover, scan_events, summary
-from controller.redis_store import RedisStore
 from loadbalance.errors import InvalidInput
+from metadata_store.ownership_redis import RedisStore
 from streaming.snapshot_docs import blobs_from_docs, shards_key
 from tests.reliability.invariants import check_invariants
 

@@ -21,10 +21,10 @@ from controller.recovery import (
     last_report,
     recover,
 )
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedRedis, free_port
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
+from metadata_store.ownership_redis import RedisStore
 from producers.agent import LeaseKeeper
 from streaming.snapshot_docs import blobs_from_docs, shards_key
 from tests.reliability.invariants import check_invariants, read_state

@@ -24,12 +24,12 @@ import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedKafka
 from infra.offsets import partitions_for
 from infra.topics import ensure_topics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import UNLOAD, decode_decision, encode_decision, make_decision
+from metadata_store.ownership_redis import RedisStore
 from streaming.snapshot_docs import read_bundle_docs
 from tests.integration.test_streaming_job import (
     MINUTE_MS,

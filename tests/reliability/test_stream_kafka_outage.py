@@ -19,11 +19,11 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from controller.redis_store import RedisStore
 from infra.embedded import EmbeddedKafka
 from infra.topics import ensure_topics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision, encode_decision
+from metadata_store.ownership_redis import RedisStore
 from tests.integration.test_streaming_job import (
     MINUTE_MS,
     T0_MS,

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Producer
 
 from controller.apply import _apply, _record, apply_decision, outcome_of
-from controller.redis_store import RedisStore
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, encode_decision, make_decision
+from metadata_store.ownership_redis import RedisStore
 from tests.reliability.invariants import check_invariants, lbctl, set_args, stop, wait_for
 
 pytestmark = pytest.mark.integration

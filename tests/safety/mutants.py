@@ -2,8 +2,9 @@
 
 Why: a safety test proves something only if it fails when the guard it protects is gone. Each
 mutant is an exact-text replacement (file, a snippet that must occur exactly once, its
-replacement) that removes or weakens one guard of ``controller.redis_store`` (the Lua scripts
-and their Python pre-checks), ``controller.memory_store`` or ``controller.recovery``.
+replacement) that removes or weakens one guard of ``metadata_store.ownership_redis`` (the Lua
+scripts and their Python pre-checks), ``metadata_store.ownership_memory`` or
+``controller.recovery``.
 ``tests.safety.run_mutants`` applies each one to a copy of the repository and runs the tests
 named here; a mutant that no test kills is a guard nothing protects.
 
@@ -24,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-REDIS = "controller/redis_store.py"
-MEMORY = "controller/memory_store.py"
+REDIS = "metadata_store/ownership_redis.py"
+MEMORY = "metadata_store/ownership_memory.py"
 RECOVERY = "controller/recovery.py"
 
 CONTRACT = "tests/integration/test_store_contract.py"

@@ -5,7 +5,7 @@ import the unmutated ``controller`` from there and every mutant would "survive" 
 for the wrong reason. After collection, this plugin checks that every loaded module of the
 project's packages comes from ``$SAFETY_COPY_ROOT`` and stops the run (exit status 4, which the
 harness reports as an error, never as a kill) if one does not. It prints where
-``controller.redis_store`` was imported from, which the harness shows for its sanity runs.
+``metadata_store.ownership_redis`` was imported from, which the harness shows for its sanity runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not root:
         return
     base = Path(root).resolve()
-    store = importlib.import_module("controller.redis_store")
+    store = importlib.import_module("metadata_store.ownership_redis")
     wrong = []
     for name, module in sorted(sys.modules.items()):
         file = getattr(module, "__file__", None)
@@ -35,6 +35,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             wrong.append(f"{name} from {file}")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"{WHERE_TAG} controller.redis_store={store.__file__}")
+        reporter.write_line(f"{WHERE_TAG} metadata_store.ownership_redis={store.__file__}")
     if wrong:
         pytest.exit(f"imported outside the copy {base}: {'; '.join(wrong[:5])}", returncode=4)

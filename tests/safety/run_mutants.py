@@ -13,12 +13,12 @@ run otherwise). Before the mutants, the unmutated copy runs every selected test 
 pass, or the table would mean nothing.
 
 Each mutated copy is first imported in a short preflight that prints where
-``controller.redis_store`` came from and loads (``SCRIPT LOAD``, compile only) every ``_LUA_*``
-script into a Redis started for the harness, so a mutant that breaks the Lua syntax is reported
-as an error instead of counting as killed. A run whose pytest exits 1 with a failed or errored
-test kills the mutant; exit 0 means it survived; anything else (collection error, import
-outside the copy, timeout) is an error. The harness prints the kill table and exits 1 if any
-mutant survived or errored, 2 if the table or the unmutated run is broken.
+``metadata_store.ownership_redis`` came from and loads (``SCRIPT LOAD``, compile only) every
+``_LUA_*`` script into a Redis started for the harness, so a mutant that breaks the Lua syntax is
+reported as an error instead of counting as killed. A run whose pytest exits 1 with a failed or
+errored test kills the mutant; exit 0 means it survived; anything else (collection error, import
+outside the copy, timeout) is an error. The harness prints the kill table and exits 1 if any mutant
+survived or errored, 2 if the table or the unmutated run is broken.
 
 Only in-process tests belong in a mutant's list: tests that spawn ``lbctl`` subprocesses
 import the installed package, not the copy. ``--guard-tests`` runs each mutant against its own
@@ -56,12 +56,12 @@ _PREFLIGHT = """
 import sys
 from pathlib import Path
 import redis
-import controller.memory_store, controller.recovery
-import controller.redis_store as m
+import metadata_store.ownership_memory, controller.recovery
+import metadata_store.ownership_redis as m
 where = Path(m.__file__).resolve()
 print(where)
 if not where.is_relative_to(Path.cwd().resolve()):
-    sys.exit(f"controller.redis_store imported from {where}, outside the copy")
+    sys.exit(f"metadata_store.ownership_redis imported from {where}, outside the copy")
 client = redis.Redis.from_url(sys.argv[1])
 for name, text in sorted(vars(m).items()):
     if name.startswith("_LUA_") and isinstance(text, str):
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(base_copy, ignore_errors=True)
             passed = "passed" if baseline.status == "survived" else "FAILED"
             say(f"unmutated copy: {passed} in {baseline.seconds:.1f} s, "
-                f"controller.redis_store from {baseline.where}")  # fmt: skip
+                f"metadata_store.ownership_redis from {baseline.where}")  # fmt: skip
             if baseline.status != "survived":
                 say(f"the unmutated copy must pass: {baseline.killed_by} {baseline.detail}")
                 return 2
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     r = fut.result()
                     results.append(r)
                     if i == 0:
-                        say(f"first mutant's copy: controller.redis_store from {r.where}")
+                        say(f"first mutant's copy: metadata_store.ownership_redis from {r.where}")
                     say(f"{r.mutant}: {r.status} {r.killed_by} ({r.seconds:.1f} s)")
     wall = time.monotonic() - started
     bad = [r for r in results if r.status != "killed"]

@@ -1,9 +1,9 @@
 """One test per ownership guard, through the public store API, on real Redis and the MemoryStore.
 
-Why: each guard in ``controller.redis_store`` (a Lua script or its Python pre-check), its twin
-in ``controller.memory_store`` and the fence floor of ``controller.recovery`` must have a test
-that fails when that guard alone is removed. ``tests/safety/mutants.py`` names the mutant each
-test here kills, and ``python -m tests.safety.run_mutants --guard-tests`` shows that it does.
+Why: each guard in ``metadata_store.ownership_redis`` (a Lua script or its Python pre-check), its
+twin in ``metadata_store.ownership_memory`` and the fence floor of ``controller.recovery`` must have
+a test that fails when that guard alone is removed. ``tests/safety/mutants.py`` names the mutant
+each test here kills, and ``python -m tests.safety.run_mutants --guard-tests`` shows that it does.
 
 Every store here reports to a ``HistoryRecorder``, and each test ends by running the
 independent checker (``loadbalance.lease_checker.check_history``) over what the store granted:
@@ -21,14 +21,15 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from controller.memory_store import MemoryStore
 from controller.recovery import recover, trusted_floor
-from controller.redis_store import RedisStore
-from controller.store import BrokerNotAlive, OwnershipStore
 from loadbalance.bundles import FULL_UPPER, NamespaceBundles
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_checker import check_history
 from loadbalance.lease_history import HistoryRecorder
+from metadata_store.leases import BrokerNotAlive
+from metadata_store.ownership_memory import MemoryStore
+from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import OwnershipStore
 
 NS = "acme/guards"
 PREFIX = "safety"

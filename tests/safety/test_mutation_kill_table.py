@@ -49,8 +49,8 @@ def test_the_mutant_table_matches_the_code_and_covers_every_guard() -> None:
 
 def test_a_missing_or_repeated_snippet_fails_naming_the_mutant(tmp_path: Path) -> None:
     m = by_name()["redis.release.owner"]
-    (tmp_path / "controller").mkdir()
     target = tmp_path / m.file
+    target.parent.mkdir(parents=True)
     target.write_text("nothing to see here\n", encoding="utf-8")
     with pytest.raises(MutantRot, match=r"'redis\.release\.owner'.*does not occur"):
         m.apply(tmp_path)
@@ -68,8 +68,8 @@ def test_the_harness_reports_a_mutant_that_no_test_kills(tmp_path: Path) -> None
         "harmless",
         "no guard: a comment",
         "tests/safety/mutants.py",
-        'REDIS = "controller/redis_store.py"\n',
-        'REDIS = "controller/redis_store.py"  # a comment no test reads\n',
+        'REDIS = "metadata_store/ownership_redis.py"\n',
+        'REDIS = "metadata_store/ownership_redis.py"  # a comment no test reads\n',
         ("tests/unit/test_events.py::test_trusted_floor_ignores_a_token_far_above_the_others"
          "_and_keeps_dense_ones",),
         (),
@@ -92,5 +92,5 @@ def test_every_mutant_is_killed(capsys: pytest.CaptureFixture[str]) -> None:
     survivors = [(m["mutant"], m["status"], m["detail"]) for m in doc["mutants"]
                  if m["status"] != "killed"]  # fmt: skip
     assert rc == 0 and doc["ok"] and not survivors, survivors
-    assert doc["baseline"]["where"].endswith("unmutated/controller/redis_store.py")
+    assert doc["baseline"]["where"].endswith("unmutated/metadata_store/ownership_redis.py")
     assert len(doc["mutants"]) == len(MUTANTS)

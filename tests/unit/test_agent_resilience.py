@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from controller.redis_store import RedisStore
 from lbctl import metrics
 from loadbalance.config import LoadBalancerConfig, load_config
 from loadbalance.errors import Transient
@@ -25,6 +24,7 @@ from loadbalance.model import (
     READING_IGNORED,
     ResourceUsage,
 )
+from metadata_store.ownership_redis import RedisStore
 from producers import agent_cli
 from producers.agent import Agent, LeaseKeeper, build_report
 from producers.bundle_stats import BundleStatsSnapshot, FileStatsProvider, parse_stats_document

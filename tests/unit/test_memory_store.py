@@ -11,10 +11,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.memory_store import MemoryStore
-from controller.store import Lease, OwnershipStore
 from loadbalance.bundles import check_boundaries
 from loadbalance.errors import Conflict, InvalidInput
+from metadata_store.leases import Lease
+from metadata_store.ownership_memory import MemoryStore
+from metadata_store.protocol import OwnershipStore
 
 NS = "acme/mem"
 BROKERS = ("b0", "b1", "b2")
