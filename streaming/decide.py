@@ -86,8 +86,8 @@ def _lookahead(advance_ms: int) -> int:
     """How far ahead of a batch's clock to look for a due cycle: four times what the last batch
     advanced it, at least 3 s. The first warm-up in that window turns the whole view into the
     core's values (more CPU than a whole batch takes, beside the next batch, so it must start a
-    few batches early to be over when the cycle comes); the next ones redo only what changed, and the cycle
-    itself only what its own batch changed."""
+    few batches early to be over when the cycle comes); the next ones redo only what changed,
+    and the cycle itself only what its own batch changed."""
     return max(3000, 4 * max(0, advance_ms))
 
 
