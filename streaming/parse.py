@@ -5,8 +5,9 @@ bundles), so it runs in ``mapInPandas`` on the executors, next to the source par
 the columnar decoder ``loadbalance.report_columns.decode_report_columns``: the samples are arrays
 anyway, and checking a report's bundles column by column is several times faster than building
 one ``BundleRange`` and one ``NamespaceBundleStats`` per bundle (docs/benchmarks.md). The pure
-codec ``loadbalance.report_codec`` remains the single definition of a valid report: the columnar decoder accepts exactly what ``decode_report`` accepts, with the same values,
-and any report off its fast path, every bad one included, is decided and named by the codec itself.
+codec ``loadbalance.report_codec`` remains the single definition of a valid report: the columnar
+decoder accepts exactly what ``decode_report`` accepts, with the same values, and any report off
+its fast path, every bad one included, is decided and named by the codec itself.
 The query must never fail on bad input, so every record is handled on its own: an
 ``InvalidInput`` becomes a dead letter with the codec's field and reason, and ANY other exception
 becomes one with reason ``internal: <type>`` (a bug in our code must not stop the cluster's

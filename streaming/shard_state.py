@@ -2,8 +2,9 @@
 
 Why arrays: keying Spark state by individual bundle costs state-server round trips per key and a
 Python call per row (too slow for the bundle samples a cluster sends, DESIGN.md §5), so the job
-keys bundle state by *shard* (``shard_of(bundle)``) and keeps a whole shard as ONE value-state blob. Inside a
-shard the update of ``TimeAverageMessageData`` runs as NumPy operations across bundles.
+keys bundle state by *shard* (``shard_of(bundle)``) and keeps a whole shard as ONE value-state
+blob. Inside a shard the update of ``TimeAverageMessageData`` runs as NumPy operations across
+bundles.
 
 The update rule is sequential per bundle (``n = min(n + 1, max)``, ``avg = ((n - 1) * avg +
 sample) / n``), so samples are grouped by their rank within their bundle (the first sample of
