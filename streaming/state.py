@@ -74,8 +74,8 @@ per shard per batch, and Spark reuses the Python worker across micro-batches. Th
 beside each blob, a small value ``shard_tag`` (a fresh uuid per write); a cached state is used
 only when its tag equals the stored one, so a batch that failed or was replayed (the store
 rolled back to an older tag), another worker having written the shard, or a restarted worker
-all read the blob. An entry is taken out of the cache before its state is changed and put back only after
-both values are written, so the cache never holds a state the store may not have."""
+all read the blob. An entry is taken out of the cache before its state is changed and put back
+only after both values are written, so the cache never holds a state the store may not have."""
 BROKER_STATE_SCHEMA = (
     "history_usage double, msg_throughput_ema double, event_ms bigint, timer_ms bigint"
 )
