@@ -302,7 +302,7 @@ def test_no_offset_is_committed_before_the_events_are_delivered(
 def test_lbctl_control_creates_its_topics_so_a_decision_published_after_start_is_applied(
     kafka_bootstrap: str, redis_url: str, fresh_redis: redis.Redis, capsys
 ) -> None:
-    """Subscribing to a topic that does not exist yet used to leave the group idle."""
+    """Subscribing to a topic that does not exist yet must not leave the group idle."""
     import threading
     import uuid
 

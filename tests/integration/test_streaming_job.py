@@ -357,8 +357,8 @@ def test_lbctl_stream_available_now_drains_the_topic_into_redis(
 def test_a_batch_that_expires_bundles_and_updates_others_keeps_the_query_alive(
     spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
 ):
-    """Regression: the state step's concatenated output (updates + expiries) used to come out
-    as chunked Arrow strings under pandas 3, and Spark failed the query on it."""
+    """The state step's concatenated output (updates + expiries) must not come out as chunked
+    Arrow strings (as it can under pandas 3), or Spark fails the query on it."""
     config = _config(unique_topic)
     bounds = ((0, 1 << 30), (1 << 30, 1 << 31), (1 << 31, 0xFFFFFFFF))
     gone, kept, new = (f"{NS}/0x{a:08x}_0x{b:08x}" for a, b in bounds)
