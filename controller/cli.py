@@ -26,8 +26,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from controller import admin_verbs as av
-from lbctl import metrics
-from lbctl.config_cmd import add_config_arguments, load_from_args
+from infra import metrics
+from infra.config_loading import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError, redact_url
 from loadbalance.errors import Conflict, InvalidInput, Transient
 

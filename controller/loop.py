@@ -63,7 +63,7 @@ from controller.events import (
 )
 from controller.placement import sweep_and_reassign
 from controller.recovery import AutoRecovery, recovery_events, summary
-from lbctl import metrics
+from infra import metrics
 from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision, decode_decision

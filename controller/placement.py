@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.events import ASSIGNED, EXPIRED, EventPublisher, OwnershipEvent
-from lbctl import metrics
+from infra import metrics
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import cycle_rng, weights_from_config

@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from lbctl.config_cmd import add_config_arguments, load_from_args
+    from infra.config_loading import add_config_arguments, load_from_args
     from loadbalance.config import ConfigError
 
     parser = argparse.ArgumentParser(prog="python -m controller.recovery", description=__doc__)

@@ -1,118 +1,21 @@
-"""``lbctl config show`` and the shared ``--config`` / ``--set`` options of every command.
+"""``lbctl config show``: print the effective configuration, knob by knob.
 
-The shell side of ``loadbalance.config``: it reads the ``broker.conf`` file and the process
-environment, hands the text and mappings to the pure loader, and reports problems in one line
-that names the knob (exit code 2), never with a secret in it. A stock Pulsar ``broker.conf``
-holds dozens of settings that mean nothing to a load balancer: they get one summary warning
-line, and ``--verbose`` lists them, with what the recognised Pulsar keys
-(``loadManagerClassName``, ``loadBalancerDebugModeEnabled``, ``preferLaterVersions``) mean here.
-
-Every command loads its configuration through ``load_from_args``, so that is where the log
-redaction goes in: once the secrets are known, ``infra.redaction.SecretFilter`` is put on the
-root logger's handlers, and from then on no log line of any command (the controller, the
-streaming job's driver, the agent) can print a configured password, whoever wrote the line.
+How the configuration is loaded (``broker.conf``, ``LB_*`` environment variables, ``--set``;
+problems reported in one line that names the knob, exit code 2) is ``infra.config_loading``,
+shared with every long-running process; this module is only the command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
-from pathlib import Path
-from typing import Any
 
-from infra.redaction import SecretFilter, install_secret_filter
-from loadbalance.config import (
-    ConfigError,
-    ConfigLoad,
-    LoadBalancerConfig,
-    config_rows,
-    load_config_details,
-)
+from rich.console import Console
+from rich.table import Table
 
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--config FILE`` (a Pulsar-style broker.conf) and repeatable ``--set knob=value``."""
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="Pulsar-style broker.conf (key=value); unknown keys are reported and ignored",
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KNOB=VALUE",
-        help="override a knob by its Pulsar name, e.g. --set loadBalancerSheddingIntervalMinutes=2",
-    )
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="list the broker.conf keys ignored as not load-balancer settings, and explain the "
-        "recognised Pulsar keys that are not knobs here",
-    )
-
-
-def _overrides(pairs: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        if "=" not in pair:
-            raise ConfigError(pair, "expected KNOB=VALUE")
-        k, v = pair.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
-def load_from_args(args: argparse.Namespace, *, quiet: bool = False) -> LoadBalancerConfig:
-    """Load the effective configuration for a command; raises ``ConfigError``."""
-    conf_path: Path | None = getattr(args, "config", None)
-    conf_text = None
-    if conf_path is not None:
-        try:
-            conf_text = conf_path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigError("--config", f"cannot read {conf_path}: {e.strerror}") from None
-    config, found = load_config_details(
-        conf_text=conf_text, env=os.environ, overrides=_overrides(getattr(args, "set", []))
-    )
-    if not quiet:
-        print_config_load(found, verbose=bool(getattr(args, "verbose", False)))
-    redact_logs(config)
-    return config
-
-
-def print_config_load(found: ConfigLoad, *, verbose: bool, file: Any = None) -> None:
-    """Warnings always (one line each); with ``verbose`` the ignored keys and the notes."""
-    out = file or sys.stderr
-    for w in found.warnings:
-        print(f"lbctl: warning: {w}", file=out)
-    if verbose:
-        for key in found.ignored_keys:
-            print(f"lbctl: ignored broker.conf key (not a load-balancer setting): {key}", file=out)
-        for note in found.notes:
-            print(f"lbctl: note: {note}", file=out)
-
-
-def redact_logs(config: LoadBalancerConfig) -> None:
-    """Mask ``config``'s secrets in every log record of this process (idempotent: a second
-    configuration adds its secrets to the filter already installed).
-
-    Installed even when the configuration holds no secret: a password given only inside a URL
-    (``--redis-url redis://user:pass@host``, a SASL bootstrap URL) is masked by the filter's
-    URL rule, which needs no configured value."""
-    secrets = config.secret_values()
-    root = logging.getLogger()
-    for flt in root.filters:
-        if isinstance(flt, SecretFilter):
-            flt.secrets = sorted(set(flt.secrets) | set(secrets))
-            for handler in root.handlers:
-                if flt not in handler.filters:
-                    handler.addFilter(flt)
-            return
-    install_secret_filter(config, root)
+from infra.config_loading import add_config_arguments, load_from_args
+from loadbalance.config import ConfigError, config_rows
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -140,9 +43,6 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({k: v for k, v, _, _ in rows}, indent=2, sort_keys=True))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title="Effective configuration", show_lines=False)
     for col in ("knob", "value", "default", "meaning"):
         table.add_column(col, overflow="fold")

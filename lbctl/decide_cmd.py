@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from lbctl.config_cmd import add_config_arguments, load_from_args
+from infra.config_loading import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError
 from loadbalance.cycle import CycleState, step, weights_from_config
 from loadbalance.decisions import decision_to_dict

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lbctl.config_cmd import add_config_arguments, load_from_args
+from infra.config_loading import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError, redact_url
 
 HEALTHY, UNHEALTHY = 0, 1

@@ -36,7 +36,7 @@ WIDE_COLUMNS = 120  # from this terminal width on, every pulsar-perf column is s
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lbctl.config_cmd import add_config_arguments
+    from infra.config_loading import add_config_arguments
 
     p = subparsers.add_parser(
         "monitor",
@@ -119,7 +119,7 @@ def build_monitor(
 def monitor_main(args: argparse.Namespace) -> int:
     import redis
 
-    from lbctl.config_cmd import load_from_args
+    from infra.config_loading import load_from_args
     from loadbalance.config import ConfigError, redact_url
 
     try:

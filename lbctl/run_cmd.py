@@ -66,7 +66,7 @@ DEFAULT_BALANCED = _default_balanced()  # loadBalancerBalancedMaxOverMean's defa
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lbctl.config_cmd import add_config_arguments
+    from infra.config_loading import add_config_arguments
 
     p = subparsers.add_parser(
         "run",
@@ -171,8 +171,8 @@ def _default_checkpoint(bootstrap: str, redis_url: str, prefix: str) -> Path:
 
 
 def run_live(args: argparse.Namespace) -> int:
+    from infra.config_loading import load_from_args
     from infra.embedded import EmbeddedKafka, EmbeddedRedis, ServiceError
-    from lbctl.config_cmd import load_from_args
     from lbctl.supervisor import Supervisor, lbctl_argv
     from loadbalance.config import ConfigError
     from producers.scenarios import load_scenario
@@ -303,8 +303,8 @@ def _prepare(
     contradict (its batch ids restart at 0, and the job skips ids it has already completed)."""
     import redis
 
+    from infra.config_loading import kafka_security
     from infra.topics import ensure_topics
-    from streaming.cli import kafka_security
 
     topics = (
         config.load_reports_topic,

@@ -29,7 +29,7 @@ the value, because the shell modules pass these settings straight to clients.
 settings of librdkafka (confluent-kafka, the Python Spark source; prefix them with ``kafka.``
 for Spark's built-in source) and redis-py, so every client is configured from one place.
 
-Pure: parsing takes text and mappings; the shell (``lbctl/config_cmd.py``) reads files and the
+Pure: parsing takes text and mappings; the shell (``infra/config_loading.py``) reads files and the
 environment.
 """
 

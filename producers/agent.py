@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from lbctl import metrics
+from infra import metrics
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.errors import InvalidInput, LoadBalancerError, Transient

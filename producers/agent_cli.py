@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lbctl import metrics
-from lbctl.config_cmd import add_config_arguments, load_from_args
+from infra import metrics
+from infra.config_loading import add_config_arguments, kafka_security, load_from_args
 from loadbalance.config import ConfigError, LoadBalancerConfig
 
 
@@ -68,11 +68,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_agent)
 
 
-def _kafka_security(config: object) -> dict[str, str]:
-    """librdkafka security settings that are set (one definition: the configuration's)."""
-    return dict(config.kafka_client_settings())  # type: ignore[attr-defined]
-
-
 def nic_speed_mbps(args: argparse.Namespace, config: LoadBalancerConfig) -> float | None:
     """``--nic-speed-mbps``, else ``loadBalancerOverrideBrokerNicSpeedGbps`` in Mbit/s, else
     ``None`` (detect): the flag is the more specific, so it wins."""
@@ -126,7 +121,7 @@ def run_agent(args: argparse.Namespace) -> int:
             },
         )
     publisher = KafkaReportPublisher(
-        bootstrap, config.load_reports_topic, client_config=_kafka_security(config)
+        bootstrap, config.load_reports_topic, client_config=kafka_security(config)
     )
     agent = Agent(
         config,

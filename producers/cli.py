@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lbctl import metrics
-from lbctl.config_cmd import add_config_arguments
+from infra import metrics
+from infra.config_loading import add_config_arguments, kafka_security
 from loadbalance.config import ConfigError, LoadBalancerConfig, load_config
 from loadbalance.errors import InvalidInput
 
@@ -215,8 +215,6 @@ def _live_config(args: argparse.Namespace, scenario_knobs: dict[str, Any]) -> Lo
 
 def _export_metrics(result: Any) -> None:
     """Per-broker usage gauges (percent, Pulsar's names) and the simulator counters."""
-    from lbctl import metrics
-
     for broker, r in result.reports.items():
         metrics.set_broker_usage(
             broker,
@@ -253,7 +251,6 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     from infra.topics import ensure_topics
     from metadata_store.ownership_redis import RedisStore
     from producers import scoreboard
-    from producers.agent_cli import _kafka_security
     from producers.live_sim import (
         LiveSim,
         TimestampedReportPublisher,
@@ -289,7 +286,7 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     import redis
     from confluent_kafka import KafkaException
 
-    security = _kafka_security(config)
+    security = kafka_security(config)
     try:
         ensure_topics(bootstrap, {config.load_reports_topic: config.topic_partitions}, security)
     except KafkaException as e:
@@ -310,8 +307,6 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     )
     metrics_on = False
     if getattr(args, "metrics_port", None) is not None:
-        from lbctl import metrics
-
         port = metrics.serve_from_args(args)
         metrics_on = port is not None
         print(f"metrics on port {port}", file=sys.stderr, flush=True)

@@ -36,8 +36,8 @@ _STREAM_FAILED = re.compile(r"\[STREAM_FAILED\] Query \[[^\]]*\] terminated with
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
-    from lbctl.config_cmd import add_config_arguments
-    from lbctl.metrics import add_metrics_argument
+    from infra.config_loading import add_config_arguments
+    from infra.metrics import add_metrics_argument
     from streaming.job import DEFAULT_SHARDS
 
     parser.add_argument(
@@ -130,9 +130,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stream(args: argparse.Namespace) -> int:
+    from infra import metrics
+    from infra.config_loading import kafka_security, load_from_args
     from infra.topics import ensure_topics
-    from lbctl import metrics
-    from lbctl.config_cmd import load_from_args
     from loadbalance.config import ConfigError
     from streaming.checkpoint_settings import CheckpointMismatch, check_shards
     from streaming.job import StreamSettings, spark_session, start_query
@@ -350,8 +350,3 @@ def _non_negative_int(text: str) -> int:
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def kafka_security(config: object) -> dict[str, str]:
-    """librdkafka security settings from the configuration (only those that are set)."""
-    return dict(config.kafka_client_settings())  # type: ignore[attr-defined]

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lbctl import metrics
+from infra import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision

@@ -177,7 +177,7 @@ def progress_listener(spark: Any) -> Any:
         return _LISTENERS[key]
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from lbctl import metrics
+    from infra import metrics
 
     class InputRowsListener(StreamingQueryListener):
         def __init__(self) -> None:

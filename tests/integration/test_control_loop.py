@@ -32,7 +32,7 @@ from controller.events import (
 )
 from controller.loop import run_loop
 from controller.placement import put_load_snapshot
-from lbctl import metrics
+from infra import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, TRANSFER, UNLOAD, encode_decision, make_decision
 from loadbalance.decisions import SPLIT as SPLIT_DECISION

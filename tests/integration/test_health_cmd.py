@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from lbctl import metrics
+from infra import metrics
 from lbctl.health_cmd import save_seen
 from lbctl.main import main
 from streaming.sinks import Progress, RedisProgress

@@ -28,7 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
 from controller.placement import put_load_snapshot
-from lbctl import metrics
+from infra import metrics
 from loadbalance.model import LocalBrokerData
 from loadbalance.report_codec import decode_report, report_to_dict
 from metadata_store.ownership_redis import RedisStore

@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from lbctl import metrics
+from infra import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, decode_decision
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
@@ -35,8 +35,8 @@ _PORT_RE = re.compile(r"metrics on http://[^:]+:(\d+)/metrics")
 
 @pytest.fixture
 def exporter_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """Capture ``lbctl.metrics``' log (for the port) and stop the exporters afterwards."""
-    caplog.set_level(logging.INFO, logger="lbctl.metrics")
+    """Capture ``infra.metrics``' log (for the port) and stop the exporters afterwards."""
+    caplog.set_level(logging.INFO, logger="infra.metrics")
     try:
         yield caplog
     finally:

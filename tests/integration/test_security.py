@@ -214,7 +214,7 @@ def test_every_command_masks_configured_secrets_in_its_log_lines() -> None:
     """``load_from_args`` (how every lbctl command loads its config) installs the filter."""
     code = (
         "import argparse, logging\n"
-        "from lbctl.config_cmd import add_config_arguments, load_from_args\n"
+        "from infra.config_loading import add_config_arguments, load_from_args\n"
         "logging.basicConfig(level=logging.INFO)\n"
         "p = argparse.ArgumentParser()\n"
         "add_config_arguments(p)\n"
@@ -250,7 +250,7 @@ def test_a_password_only_inside_a_url_is_masked_in_every_log_line_without_config
     in its arguments, in an exception's traceback and in a stack trace, on a real handler."""
     code = (
         "import argparse, logging, sys\n"
-        "from lbctl.config_cmd import add_config_arguments, load_from_args\n"
+        "from infra.config_loading import add_config_arguments, load_from_args\n"
         "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')\n"
         "p = argparse.ArgumentParser()\n"
         "add_config_arguments(p)\n"

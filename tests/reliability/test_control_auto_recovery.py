@@ -23,8 +23,8 @@ from controller.events import OwnershipEvent, encode_event
 from controller.loop import run_loop
 from controller.placement import put_load_snapshot
 from controller.recovery import AutoRecovery, current_epoch, detect_loss, last_report
+from infra import metrics
 from infra.embedded import EmbeddedRedis, free_port
-from lbctl import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import TRANSFER, encode_decision, make_decision
 from loadbalance.model import LocalBrokerData, ResourceUsage

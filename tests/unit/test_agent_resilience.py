@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from lbctl import metrics
+from infra import metrics
 from loadbalance.config import LoadBalancerConfig, load_config
 from loadbalance.errors import Transient
 from loadbalance.model import (

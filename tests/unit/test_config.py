@@ -184,7 +184,7 @@ def test_config_show_json_and_table(
 def test_non_load_balancer_keys_give_one_summary_line_and_verbose_lists_them(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from lbctl.config_cmd import add_config_arguments, load_from_args
+    from infra.config_loading import add_config_arguments, load_from_args
 
     others = [f"someBrokerSetting{i}=x" for i in range(40)]
     conf = tmp_path / "broker.conf"

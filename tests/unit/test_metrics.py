@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from lbctl import metrics
+from infra import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import CycleResult
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Skip, make_decision

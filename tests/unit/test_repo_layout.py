@@ -450,7 +450,7 @@ def test_the_bench_writes_its_figures_without_the_plots_extra(
 def _metric_names() -> set[str]:
     from prometheus_client import REGISTRY
 
-    import lbctl.metrics  # noqa: F401  (registers every metric)
+    import infra.metrics  # noqa: F401  (registers every metric)
 
     names = set()
     for family in REGISTRY.collect():

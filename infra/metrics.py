@@ -36,7 +36,7 @@ so the hot path is not measurably slower.
 
 Usage in a process::
 
-    from lbctl import metrics
+    from infra import metrics
     metrics.add_metrics_argument(parser)             # --metrics-port, --metrics-addr
     ...
     metrics.serve(args.metrics_port, args.metrics_addr)
