@@ -296,9 +296,9 @@ def test_malformed_records_go_to_dead_letters_and_good_ones_after_them_count(
     doc = json.loads(encode_report(good))
     bad: list[tuple[bytes | None, bytes, str]] = [
         (b"b1", b"{this is not json", "record"),
-        (b"b2", json.dumps({**doc, "cpu": "high"}).encode(), "cpu"),
+        (b"b2", json.dumps({**doc, "numTopics": "many"}).encode(), "numTopics"),
         (b"b3", json.dumps({**doc, "padding": "x" * 5000}).encode(), "record"),
-        (b"b4", json.dumps({**doc, "lastStats": {"not-a-bundle": {}}}).encode(), "lastStats"),
+        (b"b4", json.dumps({**doc, "lastStats": [1]}).encode(), "lastStats"),
         (b"b5", json.dumps({**doc, "msgRateIn": -5}).encode(), "msgRateIn"),
         (b"b6", json.dumps({**doc, "msgRateOut": float("nan")}).encode(), "msgRateOut"),
         (None, json.dumps({**doc, "webServiceUrl": ""}).encode(), "key"),
