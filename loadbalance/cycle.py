@@ -44,9 +44,9 @@ from loadbalance.decisions import (
     make_decision,
 )
 from loadbalance.merge_policy import find_bundles_to_merge
-from loadbalance.placement.pipeline import BrokerSelector
-from loadbalance.shedding.registry import make_shedder
-from loadbalance.split_policy import find_bundles_to_split
+from loadbalance.placement.pipeline import BrokerSelector, PlacementState
+from loadbalance.shedding.registry import ShedderState, make_shedder
+from loadbalance.split_policy import SplitState, find_bundles_to_split
 from loadbalance.values import SkipReason
 from loadbalance.view import ClusterView, UsageWeights
 
@@ -56,13 +56,16 @@ MINUTE_MS = 60_000
 
 @dataclass(frozen=True, slots=True)
 class CycleState:
-    """Cross-cycle state; everything a restart needs to continue where it stopped."""
+    """Cross-cycle state; everything a restart needs to continue where it stopped.
+
+    Every part is a frozen value (the strategies' own state dataclasses, ``None`` for a stateless
+    one), so the whole pickles deterministically and compares by content."""
 
     last_shedding_ms: int | None = None
     last_split_ms: int | None = None
-    shedder_state: Any = None
-    split_state: Any = None
-    placement_state: Any = None
+    shedder_state: ShedderState = None
+    split_state: SplitState | None = None
+    placement_state: PlacementState = None
     recently_unloaded: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
 
 
@@ -167,7 +170,8 @@ def step(
     if _due(last_shed, config.load_balancer_shedding_interval_minutes, now_ms):
         shedding_ran, last_shed = True, now_ms
         shedder = make_shedder(config.shedding_strategy_name)
-        if shedder_state is None:
+        if not isinstance(shedder_state, shedder.state_type):
+            # none yet, or one another shedder left (the configuration changed): start afresh
             shedder_state = shedder.initial_state()
         if not config.load_balancer_shedding_enabled:
             skips.append(
@@ -212,11 +216,11 @@ def _place(
     shed: list[Decision],
     view: ClusterView,
     config: LoadBalancerConfig,
-    placement_state: Any,
+    placement_state: PlacementState,
     cycle: str,
     seed: int,
     now_ms: int,
-) -> tuple[list[Decision], Any]:
+) -> tuple[list[Decision], PlacementState]:
     """Give modular shedders' unloads a destination when transfers are enabled."""
     if not config.load_balancer_transfer_enabled or not any(d.kind == UNLOAD for d in shed):
         return shed, placement_state

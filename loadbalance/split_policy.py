@@ -261,7 +261,7 @@ def find_bundles_to_split(
     added: dict[str, int] = {}
     for h in sorted(hot, key=lambda h: (-h.over_ratio, h.bundle)):
         bundle_range, why, detail = _valid_range(view, h.bundle)
-        if bundle_range is None or why is not None:
+        if bundle_range is None:
             skips.append(Skip(STRATEGY, why, h.owner, h.bundle, detail))
             continue
         if debounce and hits.get(h.bundle, 0) <= hit_threshold:

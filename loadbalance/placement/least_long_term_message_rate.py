@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView
@@ -48,6 +48,11 @@ class LeastLongTermMessageRate:
     """Pick the candidate with the least long-term message rate, counting preallocations."""
 
     name: ClassVar[str] = "LeastLongTermMessageRate"
+    state_type: ClassVar[type] = type(None)
+
+    def initial_state(self) -> None:
+        """Stateless: every selection reads only the view and the preallocations."""
+        return None
 
     def select_broker(
         self,
@@ -58,15 +63,15 @@ class LeastLongTermMessageRate:
         preallocated: Mapping[str, Mapping[str, BundleData]],
         config: LoadBalancerConfig,
         rng: random.Random,
-        state: Any,
-    ) -> tuple[Any, str | None]:
+        state: None,
+    ) -> tuple[None, str | None]:
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
         known = sorted(c for c in set(candidates) if c in view.brokers)
         if not known:
-            return state, None
+            return None, None
         scores = {
             c: long_term_score(view.brokers[c], preallocated.get(c, {}), threshold) for c in known
         }
         best_score = min(scores.values())
         best = [c for c in known if scores[c] == best_score]
-        return state, best[rng.randrange(len(best))]
+        return None, best[rng.randrange(len(best))]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView
@@ -54,6 +54,11 @@ class LeastResourceUsageWithWeight:
     """Pick at random among brokers at least ``d`` below the candidates' average usage."""
 
     name: ClassVar[str] = "LeastResourceUsageWithWeight"
+    state_type: ClassVar[type] = type(None)
+
+    def initial_state(self) -> None:
+        """Stateless: every selection reads only the view and the preallocations."""
+        return None
 
     def select_broker(
         self,
@@ -64,11 +69,11 @@ class LeastResourceUsageWithWeight:
         preallocated: Mapping[str, Mapping[str, BundleData]],
         config: LoadBalancerConfig,
         rng: random.Random,
-        state: Any,
-    ) -> tuple[Any, str | None]:
+        state: None,
+    ) -> tuple[None, str | None]:
         everyone = sorted(set(candidates))
         if not everyone:
-            return state, None
+            return None, None
         known = [c for c in everyone if c in view.brokers]
         best: list[str] = []
         if known:
@@ -78,4 +83,4 @@ class LeastResourceUsageWithWeight:
             diff = pct / 100.0
             best = [c for c in known if usage[c] + diff <= avg]
         best = best or everyone
-        return state, best[rng.randrange(len(best))]
+        return None, best[rng.randrange(len(best))]

@@ -29,7 +29,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from loadbalance.bundles import bundle_namespace
 from loadbalance.errors import InvalidInput
@@ -42,7 +42,7 @@ from loadbalance.placement.filters import (
 )
 from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
-from loadbalance.placement.round_robin import RoundRobinBrokerSelector
+from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
 from loadbalance.strategies.least_projected_usage import LeastProjectedUsage
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
@@ -50,7 +50,10 @@ from loadbalance.view import ClusterView
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
 
-_REGISTRY: dict[str, Callable[[], PlacementStrategy]] = {
+PlacementState: TypeAlias = RoundRobinState | None
+"""The state of any registered placement strategy (``None``: a stateless one)."""
+
+_REGISTRY: dict[str, Callable[[], PlacementStrategy[Any]]] = {
     LeastLongTermMessageRate.name: LeastLongTermMessageRate,
     LeastResourceUsageWithWeight.name: LeastResourceUsageWithWeight,
     RoundRobinBrokerSelector.name: RoundRobinBrokerSelector,
@@ -59,7 +62,7 @@ _REGISTRY: dict[str, Callable[[], PlacementStrategy]] = {
 PLACEMENT_STRATEGIES = tuple(sorted(_REGISTRY))
 
 
-def make_placement(name: str) -> PlacementStrategy:
+def make_placement(name: str) -> PlacementStrategy[Any]:
     """A placement strategy by its short class name (a fully qualified Pulsar name also works).
 
     Pulsar's three, plus our ``LeastProjectedUsage``.
@@ -80,8 +83,8 @@ class BrokerSelector:
         view: ClusterView,
         config: LoadBalancerConfig,
         rng: random.Random,
-        strategy: PlacementStrategy | None = None,
-        strategy_state: Any = None,
+        strategy: PlacementStrategy[Any] | None = None,
+        strategy_state: PlacementState = None,
         *,
         now_ms: int | None = None,
     ) -> None:
@@ -89,7 +92,10 @@ class BrokerSelector:
         self._config = config
         self._rng = rng
         self._strategy = strategy or make_placement(config.placement_strategy_name)
-        self._strategy_state = strategy_state
+        if not isinstance(strategy_state, self._strategy.state_type):
+            # none yet, or one another strategy left (the configuration changed): start afresh
+            strategy_state = self._strategy.initial_state()
+        self._strategy_state: PlacementState = strategy_state
         self._now_ms = now_ms
         self._preallocated: dict[str, dict[str, BundleData]] = {}
         self._bundle_to_broker: dict[str, str] = {}
@@ -105,11 +111,11 @@ class BrokerSelector:
         self._ns_counts = namespace_bundle_counts(view, self._preallocated)
 
     @property
-    def strategy(self) -> PlacementStrategy:
+    def strategy(self) -> PlacementStrategy[Any]:
         return self._strategy
 
     @property
-    def strategy_state(self) -> Any:
+    def strategy_state(self) -> PlacementState:
         return self._strategy_state
 
     @property

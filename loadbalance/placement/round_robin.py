@@ -4,8 +4,8 @@ Mirrors Pulsar's ``org.apache.pulsar.broker.loadbalance.impl.RoundRobinBrokerSel
 that grows by one per selection, taken modulo the number of candidates, and wraps from
 ``Integer.MAX_VALUE`` to 0 as Pulsar's ``AtomicInteger`` update does (so a replay of a long-lived
 counter names the same brokers). Pulsar keeps the counter inside the strategy object; here it is
-the strategy state (an ``int``, ``None`` meaning 0) that the caller persists across cycles, so a
-restart or an offline replay continues the rotation where it stopped.
+the strategy state (``RoundRobinState``) that the caller persists across cycles, so a restart or
+an offline replay continues the rotation where it stopped.
 
 Deviation: candidates are sorted before indexing. Pulsar indexes a cached copy of the candidate
 set's iteration order, refreshed when the set's size changes or the cached pick is no longer a
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
@@ -30,10 +31,21 @@ if TYPE_CHECKING:
 JAVA_INT_MAX = 2**31 - 1
 
 
+@dataclass(frozen=True, slots=True)
+class RoundRobinState:
+    """The rotation counter: the index (modulo the candidates) of the next selection."""
+
+    counter: int = 0
+
+
 class RoundRobinBrokerSelector:
     """Choose ``sorted(candidates)[counter % n]`` and advance the counter."""
 
     name: ClassVar[str] = "RoundRobinBrokerSelector"
+    state_type: ClassVar[type] = RoundRobinState
+
+    def initial_state(self) -> RoundRobinState:
+        return RoundRobinState()
 
     def select_broker(
         self,
@@ -44,11 +56,11 @@ class RoundRobinBrokerSelector:
         preallocated: Mapping[str, Mapping[str, BundleData]],
         config: LoadBalancerConfig,
         rng: random.Random,
-        state: Any,
-    ) -> tuple[Any, str | None]:
-        counter = int(state) if isinstance(state, int) else 0
+        state: RoundRobinState,
+    ) -> tuple[RoundRobinState, str | None]:
+        counter = state.counter
         ordered = sorted(set(candidates))
         if not ordered:
-            return counter, None
+            return state, None
         following = 0 if counter >= JAVA_INT_MAX else counter + 1
-        return following, ordered[counter % len(ordered)]
+        return RoundRobinState(following), ordered[counter % len(ordered)]

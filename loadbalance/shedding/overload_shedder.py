@@ -22,7 +22,7 @@ Deviations from Pulsar:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import Decision, PolicyResult, Skip
 from loadbalance.shedding.selection import (
@@ -44,6 +44,7 @@ class OverloadShedder:
     """Shed from every broker whose current max resource usage crosses the threshold."""
 
     name: ClassVar[str] = "OverloadShedder"
+    state_type: ClassVar[type] = type(None)
 
     def initial_state(self) -> None:
         """Stateless: every cycle reads only the current reports."""
@@ -53,13 +54,13 @@ class OverloadShedder:
         self,
         view: ClusterView,
         config: LoadBalancerConfig,
-        state: Any,
+        state: None,
         *,
         now_ms: int,
         cycle: str,
-    ) -> tuple[Any, PolicyResult]:
+    ) -> tuple[None, PolicyResult]:
         if len(view.brokers) <= 1:
-            return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
+            return None, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
         decisions: list[Decision] = []
         skips: list[Skip] = []
@@ -105,4 +106,4 @@ class OverloadShedder:
         if not decisions and not skips:
             detail = f"max usage {highest:.4f} < threshold {threshold:.4f}"
             skips.append(Skip(self.name, SkipReason.BALANCED, detail=detail))
-        return state, PolicyResult(tuple(decisions), tuple(skips))
+        return None, PolicyResult(tuple(decisions), tuple(skips))

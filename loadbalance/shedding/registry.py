@@ -7,13 +7,21 @@ fallback (Pulsar falls back to OverloadShedder and logs; an operator would rathe
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 from loadbalance.errors import InvalidInput
 from loadbalance.shedding.base import Shedder
 from loadbalance.shedding.overload_shedder import OverloadShedder
 from loadbalance.shedding.threshold_shedder import ThresholdShedder
-from loadbalance.shedding.transfer_shedder import TransferShedder
+from loadbalance.shedding.transfer_shedder import TransferShedder, TransferShedderState
 from loadbalance.shedding.uniform_load_shedder import UniformLoadShedder
-from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
+from loadbalance.strategies.projected_usage_shedder import (
+    ProjectedShedderState,
+    ProjectedUsageShedder,
+)
+
+ShedderState: TypeAlias = TransferShedderState | ProjectedShedderState | None
+"""The state of any registered shedder (``None``: a stateless one, or before the first cycle)."""
 
 SHEDDERS: dict[str, type] = {
     cls.name: cls
@@ -33,7 +41,7 @@ def shedder_names() -> tuple[str, ...]:
     return tuple(sorted(SHEDDERS))
 
 
-def make_shedder(name: str) -> Shedder:
+def make_shedder(name: str) -> Shedder[Any]:
     """A new shedder for a short or fully qualified class name; ``InvalidInput`` if unknown."""
     short = name.strip().rsplit(".", 1)[-1]
     cls = SHEDDERS.get(short)

@@ -33,7 +33,7 @@ Deviations from Pulsar:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import Decision, PolicyResult, Skip
 from loadbalance.shedding.selection import (
@@ -57,6 +57,7 @@ class ThresholdShedder:
     """Shed from brokers whose history usage is ``t`` above the cluster average."""
 
     name: ClassVar[str] = "ThresholdShedder"
+    state_type: ClassVar[type] = type(None)
 
     def initial_state(self) -> None:
         """Stateless here: the history EMA lives in the aggregation, not in the shedder."""
@@ -66,20 +67,20 @@ class ThresholdShedder:
         self,
         view: ClusterView,
         config: LoadBalancerConfig,
-        state: Any,
+        state: None,
         *,
         now_ms: int,
         cycle: str,
-    ) -> tuple[Any, PolicyResult]:
+    ) -> tuple[None, PolicyResult]:
         if len(view.brokers) <= 1:
-            return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
+            return None, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         brokers = [view.brokers[n] for n in sorted(view.brokers)]
         avg = sum(b.history_usage for b in brokers) / len(brokers)
         if avg == 0:
             skip = Skip(
                 self.name, SkipReason.NO_LOAD_DATA, detail="average max resource usage is 0"
             )
-            return state, PolicyResult((), (skip,))
+            return None, PolicyResult((), (skip,))
         t = config.load_balancer_broker_threshold_shedder_percentage / 100.0
         min_bytes_per_s = config.load_balancer_bundle_unload_min_throughput_threshold * MB
         decisions: list[Decision] = []
@@ -116,7 +117,7 @@ class ThresholdShedder:
         if not decisions and not skips:
             detail = f"avg={avg:.4f} trigger={avg + t:.4f} lower={avg - t:.4f}"
             skips.append(Skip(self.name, SkipReason.BALANCED, detail=detail))
-        return state, PolicyResult(tuple(decisions), tuple(skips))
+        return None, PolicyResult(tuple(decisions), tuple(skips))
 
     def _shed(
         self,

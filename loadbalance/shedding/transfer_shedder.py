@@ -283,6 +283,7 @@ class TransferShedder:
     """Bring the std of broker load under a target, pairing the busiest with the idlest."""
 
     name: ClassVar[str] = "TransferShedder"
+    state_type: ClassVar[type] = TransferShedderState
 
     def initial_state(self) -> TransferShedderState:
         return TransferShedderState()
@@ -291,12 +292,11 @@ class TransferShedder:
         self,
         view: ClusterView,
         config: LoadBalancerConfig,
-        state: TransferShedderState | None,
+        state: TransferShedderState,
         *,
         now_ms: int,
         cycle: str,
     ) -> tuple[TransferShedderState, PolicyResult]:
-        state = state if state is not None else self.initial_state()
         grace_ms = config.load_balancer_shedding_grace_period_minutes * MINUTE_MS
         recent = {
             b: t

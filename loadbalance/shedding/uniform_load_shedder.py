@@ -31,7 +31,7 @@ listed by two brokers is considered once (see ``selection``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import PolicyResult, Skip
 from loadbalance.shedding.selection import (
@@ -71,6 +71,7 @@ class UniformLoadShedder:
     """Move a share of the msg-rate (or throughput) gap off the single busiest broker."""
 
     name: ClassVar[str] = "UniformLoadShedder"
+    state_type: ClassVar[type] = type(None)
 
     def initial_state(self) -> None:
         """Stateless: every cycle reads only the current reports."""
@@ -80,13 +81,13 @@ class UniformLoadShedder:
         self,
         view: ClusterView,
         config: LoadBalancerConfig,
-        state: Any,
+        state: None,
         *,
         now_ms: int,
         cycle: str,
-    ) -> tuple[Any, PolicyResult]:
+    ) -> tuple[None, PolicyResult]:
         if len(view.brokers) <= 1:
-            return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
+            return None, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         brokers = [view.brokers[n] for n in sorted(view.brokers)]
         rate_hi, max_rate, rate_lo, min_rate = _extremes(brokers, "msg_rate")
         thr_hi, max_thr, thr_lo, min_thr = _extremes(brokers, "msg_throughput")
@@ -105,16 +106,16 @@ class UniformLoadShedder:
             minimum = config.min_unload_message_throughput
         else:
             detail = f"msgRateDiff={rate_diff_pct:.1f}% throughputMultiplier={thr_multiplier:.2f}"
-            return state, PolicyResult((), (Skip(self.name, SkipReason.BALANCED, detail=detail),))
+            return None, PolicyResult((), (Skip(self.name, SkipReason.BALANCED, detail=detail),))
 
         name = source.broker
         if len(source.bundles) <= 1:
             sole = next(iter(source.bundles), None)
             skip = Skip(self.name, SkipReason.HIGH_USAGE_SINGLE_BUNDLE, name, sole, detail=metric)
-            return state, PolicyResult((), (skip,))
+            return None, PolicyResult((), (skip,))
         if amount < minimum:
             detail = f"{metric}: {amount} to move < minimum {minimum:g}"
-            return state, PolicyResult(
+            return None, PolicyResult(
                 (), (Skip(self.name, SkipReason.BELOW_MIN_UNLOAD, name, None, detail),)
             )
 
@@ -131,7 +132,7 @@ class UniformLoadShedder:
                 picked.append((bundle, value))
         if not picked:
             detail = f"{metric}: no bundle <= {amount} + {UNLOAD_DELTA}"
-            return state, PolicyResult(
+            return None, PolicyResult(
                 (), (Skip(self.name, SkipReason.NO_BUNDLES, name, None, detail),)
             )
         decisions = unload_decisions(
@@ -150,4 +151,4 @@ class UniformLoadShedder:
             cycle=cycle,
             now_ms=now_ms,
         )
-        return state, PolicyResult(tuple(decisions), ())
+        return None, PolicyResult(tuple(decisions), ())

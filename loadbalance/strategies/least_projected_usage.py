@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.bundles import bundle_namespace, parse_bundle
 from loadbalance.errors import InvalidBundle
@@ -109,10 +109,15 @@ class LeastProjectedUsage:
     """Pick the candidate with the lowest projected usage after the placement."""
 
     name: ClassVar[str] = "LeastProjectedUsage"
+    state_type: ClassVar[type] = type(None)
 
     def __init__(self) -> None:
         self._ranges_for: int | None = None
         self._ranges: _Ranges = {}
+
+    def initial_state(self) -> None:
+        """Stateless across selections (the range index above is a per-view cache)."""
+        return None
 
     def select_broker(
         self,
@@ -123,17 +128,17 @@ class LeastProjectedUsage:
         preallocated: Mapping[str, Mapping[str, BundleData]],
         config: LoadBalancerConfig,
         rng: random.Random,
-        state: Any,
-    ) -> tuple[Any, str | None]:
+        state: None,
+    ) -> tuple[None, str | None]:
         if self._ranges_for != id(view):
             # one selector serves one view; index its reported ranges once, not per lookup
             self._ranges, self._ranges_for = reported_ranges(view), id(view)
         load = estimate_load(bundle, bundle_data, self._ranges)
         scores = projected_scores(candidates, load, view, preallocated, config, self._ranges)
         if not scores:
-            return state, None
+            return None, None
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
         fitting = {c: s for c, s in scores.items() if s <= threshold} or scores
         best_score = min(fitting.values())
         best = [c for c in sorted(fitting) if fitting[c] == best_score]
-        return state, best[rng.randrange(len(best))] if len(best) > 1 else best[0]
+        return None, best[rng.randrange(len(best))] if len(best) > 1 else best[0]

@@ -33,7 +33,7 @@ import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
@@ -80,6 +80,7 @@ class ProjectedUsageShedder:
     """Even brokers out on projected usage; see the module docstring."""
 
     name: ClassVar[str] = "ProjectedUsageShedder"
+    state_type: ClassVar[type] = ProjectedShedderState
 
     def __init__(
         self,
@@ -103,12 +104,11 @@ class ProjectedUsageShedder:
         self,
         view: ClusterView,
         config: LoadBalancerConfig,
-        state: Any,
+        state: ProjectedShedderState,
         *,
         now_ms: int,
         cycle: str,
     ) -> tuple[ProjectedShedderState, PolicyResult]:
-        state = state if isinstance(state, ProjectedShedderState) else ProjectedShedderState()
         if len(view.brokers) < 2:
             return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         model = UsageModel(view, Weights.of(config))

@@ -27,7 +27,11 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
-from loadbalance.placement.round_robin import JAVA_INT_MAX, RoundRobinBrokerSelector
+from loadbalance.placement.round_robin import (
+    JAVA_INT_MAX,
+    RoundRobinBrokerSelector,
+    RoundRobinState,
+)
 from loadbalance.time_average import BundleData, TimeAverageBrokerData
 from loadbalance.view import (
     BrokerView,
@@ -250,7 +254,7 @@ def test_least_long_term_message_rate_all_overloaded() -> None:
     assert select_all_seeds(LeastLongTermMessageRate(), set(rates), view, config) == set(rates)
 
 
-def round_robin(strategy: RoundRobinBrokerSelector, state: Any, brokers: list[str]):
+def round_robin(strategy: RoundRobinBrokerSelector, state: RoundRobinState, brokers: list[str]):
     return strategy.select_broker(
         brokers,
         "",
@@ -266,7 +270,7 @@ def round_robin(strategy: RoundRobinBrokerSelector, state: Any, brokers: list[st
 def test_round_robin_broker_selector() -> None:
     """ModularLoadManagerStrategyTest.testRoundRobinBrokerSelector"""
     strategy = RoundRobinBrokerSelector()
-    state: Any = None
+    state = strategy.initial_state()
     state, chosen = round_robin(strategy, state, [])
     assert chosen is None
     n = 3
@@ -288,14 +292,14 @@ def test_round_robin_broker_selector() -> None:
         picks.append(chosen)
     assert picks == ["2", "4", "2", "4"]
 
-    state, chosen = round_robin(strategy, JAVA_INT_MAX, ["1", "2", "3"])
+    state, chosen = round_robin(strategy, RoundRobinState(JAVA_INT_MAX), ["1", "2", "3"])
     assert chosen == str(JAVA_INT_MAX % n + 1)
-    assert state == 0  # the counter wraps as Pulsar's AtomicInteger update does
+    assert state == RoundRobinState(0)  # the counter wraps as Pulsar's AtomicInteger update does
 
 
 @pytest.mark.parametrize("start", [0, 7])
 def test_round_robin_state_survives_a_restart(start: int) -> None:
     """(ours) The counter is the persisted state: a new strategy object continues the rotation."""
-    state, first = round_robin(RoundRobinBrokerSelector(), start, ["a", "b", "c"])
+    state, first = round_robin(RoundRobinBrokerSelector(), RoundRobinState(start), ["a", "b", "c"])
     _, second = round_robin(RoundRobinBrokerSelector(), state, ["a", "b", "c"])
     assert [first, second] == [["a", "b", "c"][start % 3], ["a", "b", "c"][(start + 1) % 3]]

@@ -22,7 +22,7 @@ from loadbalance.placement.filters import (
 from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
 from loadbalance.placement.pipeline import BrokerSelector, make_placement
-from loadbalance.placement.round_robin import RoundRobinBrokerSelector
+from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
 from loadbalance.time_average import BundleData, TimeAverageBrokerData, TimeAverageMessageData
 from loadbalance.view import BrokerView, ClusterView
 
@@ -308,9 +308,13 @@ def test_round_robin_rotates_over_sorted_candidates_and_persists_its_counter() -
     cfg = {"load_balancer_distribute_bundles_evenly_enabled": False}
     sel = selector(view, strategy=RoundRobinBrokerSelector(), **cfg)
     assert [sel.select(b) for b in BUNDLES[:4]] == ["a", "b", "c", "a"]
-    assert sel.strategy_state == 4
+    assert sel.strategy_state == RoundRobinState(4)
     nxt = BrokerSelector(
-        view, make_config(**cfg), random.Random(0), RoundRobinBrokerSelector(), strategy_state=4
+        view,
+        make_config(**cfg),
+        random.Random(0),
+        RoundRobinBrokerSelector(),
+        strategy_state=RoundRobinState(4),
     )
     assert nxt.select(BUNDLES[10]) == "b"
 

@@ -83,7 +83,9 @@ def view_of(*brokers: BrokerView, **kw: Any) -> ClusterView:
 
 
 def shed(view: ClusterView, state: Any = None, now_ms: int = 0, **cfg: Any):
-    return ProjectedUsageShedder().find_bundles_for_unloading(
+    shedder = ProjectedUsageShedder()
+    state = shedder.initial_state() if state is None else state
+    return shedder.find_bundles_for_unloading(
         view, make_config(**cfg), state, now_ms=now_ms, cycle="c"
     )
 
