@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from loadbalance.bundles import parse_bundle
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.errors import Conflict, InvalidInput
+from loadbalance.values import OutcomeKind
 from metadata_store.leases import BrokerNotAlive
 from metadata_store.ownership_redis import RedisStore
 
-APPLIED = "applied"
-ALREADY_SATISFIED = "already_satisfied"
-CONFLICT = "conflict"
-REJECTED = "rejected"
-DUPLICATE = "duplicate"
-DRY_RUN = "dry_run"
+APPLIED = OutcomeKind.APPLIED
+ALREADY_SATISFIED = OutcomeKind.ALREADY_SATISFIED
+CONFLICT = OutcomeKind.CONFLICT
+REJECTED = OutcomeKind.REJECTED
+DUPLICATE = OutcomeKind.DUPLICATE
+DRY_RUN = OutcomeKind.DRY_RUN
 OUTCOME_STREAM_MAXLEN = 100_000
 FAULT_POINT_ENV = "LBCTL_FAULT_POINT"
 
