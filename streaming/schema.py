@@ -33,8 +33,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-SAMPLES, REPORT, DEAD = "samples", "report", "dead"
-SHARD, BROKER, BROKER_GONE = "shard", "broker", "broker_gone"
+from loadbalance.values import StrEnum
+
+
+class RowKind(StrEnum):
+    """The ``kind`` column of the rows between the stages (plain strings in Arrow)."""
+
+    SAMPLES = "samples"
+    REPORT = "report"
+    DEAD = "dead"
+    SHARD = "shard"
+    BROKER = "broker"
+    BROKER_GONE = "broker_gone"
+
+
+SAMPLES, REPORT, DEAD = RowKind.SAMPLES, RowKind.REPORT, RowKind.DEAD
+SHARD, BROKER, BROKER_GONE = RowKind.SHARD, RowKind.BROKER, RowKind.BROKER_GONE
 DEAD_KEY = "dead"
 SHARD_PREFIX, BROKER_PREFIX = "s:", "b:"
 
