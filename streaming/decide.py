@@ -59,6 +59,7 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
 from loadbalance.shedding.registry import make_shedder
+from loadbalance.values import DecisionReason, SkipReason
 from streaming.driver_view import DriverView, gc_paused, lower_thread_priority
 from streaming.schema import BROKER, BROKER_GONE, DEAD
 from streaming.sinks import KafkaSink, MemoryProgress, Progress, RedisProgress
@@ -183,7 +184,8 @@ class StreamMetrics:
         """Decisions by kind and reason, and Pulsar's unload/split counters and breakdowns."""
         unloads, splits = [], []
         for d in decisions:
-            metrics.DECISIONS_PUBLISHED.labels(kind=d.kind, reason=d.reason or "Unknown").inc()
+            reason = d.reason or DecisionReason.UNKNOWN
+            metrics.DECISIONS_PUBLISHED.labels(kind=d.kind, reason=reason).inc()
             if d.kind in (UNLOAD, TRANSFER):
                 unloads.append((d.source_broker or "", d.reason))
             elif d.kind == SPLIT:
@@ -193,7 +195,7 @@ class StreamMetrics:
         if result is not None and result.shedding_ran and not unloads:
             # Pulsar counts a shedding cycle that unloaded nothing once, with its skip reason.
             reasons = [s.reason for s in result.skips if s.policy == self.shedder_name]
-            metrics.record_unload_skip(reasons[0] if reasons else "Balanced")
+            metrics.record_unload_skip(reasons[0] if reasons else SkipReason.BALANCED)
 
     @staticmethod
     def batch(stats: BatchStats, n_brokers: int, n_bundles: int) -> None:
