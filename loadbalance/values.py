@@ -18,13 +18,13 @@ from enum import Enum
 
 
 class StrEnum(str, Enum):
-    """A ``str`` whose text is its value in every rendering (``enum.StrEnum`` of Python 3.11)."""
+    """A ``str`` whose text is its value in every rendering (``enum.StrEnum`` of Python 3.11).
+
+    Overriding ``__str__`` is enough: ``Enum.__format__`` formats ``str(self)`` once it is
+    overridden, and ``json`` and ``str.join`` read the string data itself."""
 
     def __str__(self) -> str:
         return str.__str__(self)
-
-    def __format__(self, format_spec: str) -> str:
-        return str.__format__(str.__str__(self), format_spec)
 
     @classmethod
     def values(cls) -> tuple[str, ...]:
