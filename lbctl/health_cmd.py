@@ -39,6 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
 from infra.config_loading import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError, redact_url
 
@@ -128,7 +131,6 @@ def stream_progress(client: Any, prefix: str) -> str | None:
 
 def counter_total(metrics_text: str, sample_name: str) -> float | None:
     """Sum of a counter's samples over all label sets; None if the exposition lacks it."""
-    from prometheus_client.parser import text_string_to_metric_families
 
     total, found = 0.0, False
     for family in text_string_to_metric_families(metrics_text):
@@ -200,8 +202,6 @@ class _ProbeError(Exception):
 
 
 def _read_stream(args: argparse.Namespace) -> tuple[str | None, str]:
-    import redis
-
     try:
         config = load_from_args(args, quiet=True)
     except ConfigError as e:

@@ -32,6 +32,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import redis
+
+from metadata_store.ownership_redis import RedisStore
+
 DECISION_KINDS = ("split", "unload", "transfer", "merge")
 _RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 
@@ -343,7 +347,6 @@ class Monitor:
     @classmethod
     def from_url(cls, url: str, prefix: str = "lb", **redis_kwargs: Any) -> Monitor:
         """``redis_kwargs``: the configuration's ``redis_client_kwargs()`` (ACL user, TLS)."""
-        import redis
 
         return cls(redis.Redis.from_url(url, socket_timeout=5, **redis_kwargs), prefix)
 
@@ -371,7 +374,6 @@ class Monitor:
 
     def _leases(self, now_ms: int) -> tuple[dict[str, int], int, int, list[ExpiringLease]]:
         """Owned-bundle counts per broker, bundles, owned bundles, leases ending soon."""
-        from metadata_store.ownership_redis import RedisStore
 
         store = RedisStore(self.client, self.prefix, clock="server")
         counts: dict[str, int] = {}

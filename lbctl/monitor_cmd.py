@@ -30,14 +30,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from infra.config_loading import add_config_arguments, load_from_args
 from lbctl.monitor import DECISION_KINDS, Monitor, Snapshot
+from lbctl.monitor_lag import LagProbe
+from lbctl.plots import UsageHistory, write_usage_png
+from loadbalance.config import ConfigError, redact_url
 
 WIDE_COLUMNS = 120  # from this terminal width on, every pulsar-perf column is shown
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from infra.config_loading import add_config_arguments
-
     p = subparsers.add_parser(
         "monitor",
         help="live broker table, latest decisions, lease/registry health and stream lag "
@@ -96,7 +105,6 @@ def build_monitor(
     decisions: int = 10,
 ) -> Monitor:
     """A ``Monitor`` set up from the configuration (thresholds, key prefix, clients)."""
-    from lbctl.monitor_lag import LagProbe
 
     monitor = Monitor.from_url(redis_url, config.redis_key_prefix, **config.redis_client_kwargs())
     if bootstrap:
@@ -117,11 +125,6 @@ def build_monitor(
 
 
 def monitor_main(args: argparse.Namespace) -> int:
-    import redis
-
-    from infra.config_loading import load_from_args
-    from loadbalance.config import ConfigError, redact_url
-
     try:
         config = load_from_args(args)
     except ConfigError as e:
@@ -151,16 +154,11 @@ def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
     """Refresh until ``--once``, ``--duration`` or Ctrl-C. A Redis that goes away while watching
     (restarted, failed over) costs refreshes, not the monitor: it retries, says so, and still
     writes the picture at the end; only ``--once`` and the first read fail fast."""
-    import redis
-
-    from lbctl.plots import UsageHistory, write_usage_png
 
     history = UsageHistory() if args.record else None
     t0, start_ms = time.monotonic(), int(time.time() * 1000)
     live = None
     if not (args.json or args.once):
-        from rich.live import Live
-
         live = Live(refresh_per_second=1, transient=False)
         live.start()
     snap = None
@@ -182,8 +180,6 @@ def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
             if args.json:
                 print(json.dumps(snap.as_dict(), sort_keys=True), flush=True)
             elif args.once:
-                from rich.console import Console
-
                 console = Console()
                 console.print(render(snap, "lbctl monitor", width=console.width))
             else:
@@ -315,8 +311,6 @@ def _style(s: Snapshot, max_pct: float, broker: str) -> str | None:
 
 def broker_table(s: Snapshot, title: str, *, wide: bool = False) -> Any:
     """The ``pulsar-perf monitor-brokers`` table, one row per broker."""
-    from rich import box
-    from rich.table import Table
 
     cols = ["broker", "CPU%", "MEM%", *(["DIR%"] if wide else []), "BWin%", "BWout%", "MAX%",
             "topics", "bundles", *(["prod", "cons"] if wide else []), "msg/s in", "msg/s out",
@@ -343,8 +337,6 @@ _OUTCOME_STYLE = {"applied": "green", "rejected": "red", "conflict": "red", "dry
 
 def decisions_table(s: Snapshot) -> Any:
     """The latest decisions, newest first: what, why, and how it ended."""
-    from rich import box
-    from rich.table import Table
 
     table = Table(title="latest decisions", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("at", "kind", "bundle", "from -> to", "why", "outcome"):
@@ -360,8 +352,6 @@ def decisions_table(s: Snapshot) -> Any:
 
 def render(s: Snapshot, title: str, *, width: int = 80) -> Any:
     """The whole view: broker table, status lines, latest decisions."""
-    from rich.console import Group
-    from rich.text import Text
 
     parts: list[Any] = [broker_table(s, title, wide=width >= WIDE_COLUMNS)]
     parts += [Text(line) for line in (usage_text(s), stream_text(s), *health_text(s))]

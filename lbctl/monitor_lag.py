@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infra.offsets import latest_offsets
 from lbctl.monitor import Lag
 
 
@@ -63,7 +64,6 @@ class LagProbe:
     def __call__(self) -> Lag:
         if self._last is not None and time.monotonic() - self._at < self.interval_s:
             return self._last
-        from infra.offsets import latest_offsets
 
         now_ms = int(time.time() * 1000)
         hints = dict(self._last.end_offsets) if self._last is not None else None

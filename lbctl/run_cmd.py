@@ -38,11 +38,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+from rich.live import Live
+
+from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from infra.embedded import EmbeddedKafka, EmbeddedRedis, ServiceError
+from infra.topics import ensure_topics
+from lbctl.monitor_cmd import build_monitor, plain_line, record, render
+from lbctl.plots import UsageHistory, write_usage_png
+from lbctl.run_fast import DEFAULT_RUN_ROOT, run_fast
+from lbctl.supervisor import Supervisor, lbctl_argv
+from loadbalance.config import ConfigError, LoadBalancerConfig
 from loadbalance.errors import InvalidInput
+from producers import scoreboard
+from producers.scenarios import load_scenario
 
 DEFAULT_SCENARIO = "hot_bundle"
 DEFAULT_PAIR = "ours"
-DEFAULT_RUN_ROOT = Path(".lbctl/run")
 # Knobs for demo speed, under the pair's and before the user's --set. Empty on purpose: with
 # --cycle-seconds 2 a virtual minute passes every 2 s, so Pulsar's one-minute split and shedding
 # intervals already fire every cycle and the 30-minute grace period lasts a minute of wall time,
@@ -57,8 +69,6 @@ log = logging.getLogger("lbctl.run")
 
 
 def _default_balanced() -> float:
-    from loadbalance.config import LoadBalancerConfig
-
     return LoadBalancerConfig().load_balancer_balanced_max_over_mean
 
 
@@ -66,8 +76,6 @@ DEFAULT_BALANCED = _default_balanced()  # loadBalancerBalancedMaxOverMean's defa
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from infra.config_loading import add_config_arguments
-
     p = subparsers.add_parser(
         "run",
         help="run the main job: Kafka, Redis, the streaming job, the controller and a "
@@ -146,8 +154,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     args.scenario = args.scenario or args.scenario_opt or DEFAULT_SCENARIO
     if args.fast:
-        from lbctl.run_fast import run_fast
-
         return run_fast(args)
     return run_live(args)
 
@@ -155,7 +161,6 @@ def run(args: argparse.Namespace) -> int:
 # -- the live pipeline ---------------------------------------------------------------------
 def _knob_sets(args: argparse.Namespace) -> list[str] | None:
     """Pair knobs, then demo knobs, then the user's ``--set`` (last wins)."""
-    from producers import scoreboard
 
     pair = scoreboard.PAIRS.get(args.pair)
     if pair is None:
@@ -171,12 +176,6 @@ def _default_checkpoint(bootstrap: str, redis_url: str, prefix: str) -> Path:
 
 
 def run_live(args: argparse.Namespace) -> int:
-    from infra.config_loading import load_from_args
-    from infra.embedded import EmbeddedKafka, EmbeddedRedis, ServiceError
-    from lbctl.supervisor import Supervisor, lbctl_argv
-    from loadbalance.config import ConfigError
-    from producers.scenarios import load_scenario
-
     sets = _knob_sets(args)
     if sets is None:
         return 2
@@ -247,7 +246,6 @@ def run_live(args: argparse.Namespace) -> int:
                 "metrics: "
                 + ", ".join(f"{n} http://127.0.0.1:{p[1]}/metrics" for n, p in port.items())
             )
-        from lbctl.monitor_cmd import build_monitor
 
         monitor = build_monitor(config, redis_url, bootstrap=bootstrap, checkpoint=checkpoint)
         code, summary = _watch(args, sup, monitor, say, run_dir)
@@ -301,10 +299,6 @@ def _prepare(
 ) -> Path:
     """Create the topics; choose the checkpoint; drop Redis progress a new checkpoint would
     contradict (its batch ids restart at 0, and the job skips ids it has already completed)."""
-    import redis
-
-    from infra.config_loading import kafka_security
-    from infra.topics import ensure_topics
 
     topics = (
         config.load_reports_topic,
@@ -334,8 +328,6 @@ def _prepare(
 def _watch(args, sup, monitor: Any, say, run_dir: Path) -> tuple[int, dict[str, Any]]:
     """Refresh the monitor until a stop, the end of the run, or a child's death; sample usage
     and applied decisions for the picture written at the end."""
-    from lbctl.monitor_cmd import plain_line, record, render
-    from lbctl.plots import UsageHistory
 
     history = UsageHistory()
     t0, start_ms = time.monotonic(), int(time.time() * 1000)
@@ -348,8 +340,6 @@ def _watch(args, sup, monitor: Any, say, run_dir: Path) -> tuple[int, dict[str, 
     snap = None
     live = None
     if not (args.no_monitor or args.json):
-        from rich.live import Live
-
         live = Live(refresh_per_second=1, transient=False)
         live.start()
     code, reason, finishing_at = 0, "stopped", None
@@ -440,7 +430,6 @@ def _watch(args, sup, monitor: Any, say, run_dir: Path) -> tuple[int, dict[str, 
 def _plot(args, history: Any, run_dir: Path, overloaded_pct: float) -> str | None:
     """Write the usage picture; its path (the summary names it), or None without matplotlib
     or samples."""
-    from lbctl.plots import write_usage_png
 
     path = args.plot or run_dir / "usage.png"
     title = f"lbctl run {args.scenario} ({args.pair}): broker usage"

@@ -17,12 +17,24 @@ import sys
 import time
 from pathlib import Path
 
+from rich.console import Group
+from rich.live import Live
+from rich.text import Text
+
+from lbctl.monitor import BrokerRow, Snapshot, spread_of
+from lbctl.monitor_cmd import render
+from lbctl.plots import UsageHistory, write_usage_png
 from loadbalance.errors import InvalidInput
+from producers import scoreboard
+from producers.fast_sim import FastSim, make_config
+from producers.scenarios import load_scenario
+
+# where a run's files go when --run-dir is not given (a folder per run), live and fast alike
+DEFAULT_RUN_ROOT = Path(".lbctl/run")
 
 
 def fast_snapshot(sim, cycle: int, totals: dict[str, int], balanced_max_over_mean: float):
     """The simulator's current view as a monitor ``Snapshot`` (no Redis: leases and lag absent)."""
-    from lbctl.monitor import BrokerRow, Snapshot, spread_of
 
     view = sim.view
     rows = []
@@ -64,11 +76,6 @@ def fast_snapshot(sim, cycle: int, totals: dict[str, int], balanced_max_over_mea
 
 
 def fast_table(sim, cycle: int, totals: dict[str, int], last_ms: float, width: int = 80):
-    from rich.console import Group
-    from rich.text import Text
-
-    from lbctl.monitor_cmd import render
-
     ratio = float(sim.config.load_balancer_balanced_max_over_mean)
     snap = fast_snapshot(sim, cycle, totals, ratio)
     view = render(snap, f"{sim.scenario.name} (fast): virtual minute {cycle}", width=width)
@@ -77,9 +84,6 @@ def fast_table(sim, cycle: int, totals: dict[str, int], last_ms: float, width: i
 
 def run_fast(args: argparse.Namespace) -> int:
     """The closed-loop simulator in memory, with the same table."""
-    from producers import scoreboard
-    from producers.fast_sim import FastSim, make_config
-    from producers.scenarios import load_scenario
 
     try:
         scenario = load_scenario(args.scenario, args.seed)
@@ -93,13 +97,10 @@ def run_fast(args: argparse.Namespace) -> int:
     sim = FastSim(scenario, make_config(scenario, pair.overrides), seed=args.seed)
     cycles = scenario.cycles if args.cycles is None else args.cycles
     totals: dict[str, int] = {}
-    from lbctl.plots import UsageHistory
 
     history = UsageHistory(x_label="virtual minutes")
     live = None
     if not (args.json or args.no_monitor):
-        from rich.live import Live
-
         live = Live(refresh_per_second=4, transient=False)
         live.start()
     try:
@@ -137,9 +138,6 @@ def run_fast(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace, history, sim, pair: str) -> None:
-    from lbctl.plots import write_usage_png
-    from lbctl.run_cmd import DEFAULT_RUN_ROOT
-
     path = getattr(args, "plot", None)
     if path is None:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

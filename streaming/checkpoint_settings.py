@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 log = logging.getLogger("streaming.checkpoint_settings")
 
 SETTINGS_FILE = "lbctl-stream.json"
+DEFAULT_SHARDS = 32  # bundle state shards of a new checkpoint (``--shards``)
 
 
 class CheckpointMismatch(ValueError):

@@ -26,6 +26,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from infra import metrics
+from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from infra.redaction import redact_text
+from infra.topics import ensure_topics
+from loadbalance.config import ConfigError
+from streaming.checkpoint_settings import DEFAULT_SHARDS, CheckpointMismatch, check_shards
+
 log = logging.getLogger("streaming.cli")
 
 RESTART_BACKOFF_S = 1.0
@@ -36,10 +43,6 @@ _STREAM_FAILED = re.compile(r"\[STREAM_FAILED\] Query \[[^\]]*\] terminated with
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
-    from infra.config_loading import add_config_arguments
-    from infra.metrics import add_metrics_argument
-    from streaming.job import DEFAULT_SHARDS
-
     parser.add_argument(
         "--bootstrap-servers", default=None, help="Kafka bootstrap servers (default: config)"
     )
@@ -111,7 +114,7 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         "0 = exit on the first failure (default: unlimited)",
     )
     add_config_arguments(parser)
-    add_metrics_argument(parser)
+    metrics.add_metrics_argument(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -130,11 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stream(args: argparse.Namespace) -> int:
-    from infra import metrics
-    from infra.config_loading import kafka_security, load_from_args
-    from infra.topics import ensure_topics
-    from loadbalance.config import ConfigError
-    from streaming.checkpoint_settings import CheckpointMismatch, check_shards
+    # pyspark (through streaming.job): every lbctl command registers this one, only this runs Spark
     from streaming.job import StreamSettings, spark_session, start_query
 
     try:
@@ -206,6 +205,7 @@ def run_stream(args: argparse.Namespace) -> int:
             describe=lambda e: describe_failure(e, secrets),
         )
     finally:
+        # pandas/pyarrow (through streaming.decide), like streaming.job above
         from streaming.decide import wait_for_background_cycles
 
         # the last batch's policy cycle may still be publishing: let it commit, so the next
@@ -250,7 +250,6 @@ def failure_summary(text: str) -> str:
 def describe_failure(error: BaseException, secrets: Iterable[str] = ()) -> str:
     """``failure_summary`` of ``error`` with URL passwords and the configured ``secrets`` masked
     (the log filter does it too; this line must be safe wherever it is printed)."""
-    from infra.redaction import redact_text
 
     return redact_text(failure_summary(str(error)), secrets)
 
@@ -335,6 +334,7 @@ def _describe_safely(describe: Callable[[BaseException], str], error: BaseExcept
 def _restartable_errors() -> tuple[type[BaseException], ...]:
     """Errors raised by Spark for a failed query or a failed start (the JVM answered); a dead
     gateway (py4j network errors) is not among them, since a restart cannot help."""
+    # pyspark and its py4j gateway: only a running query can raise these
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 

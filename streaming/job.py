@@ -8,8 +8,8 @@ Why one query: reading the reports once and carrying dead letters through the st
 (under their own key, with no state) costs less than a second query over the same topic, and
 keeps one checkpoint and one batch id for everything a batch produced.
 
-Run it with ``lbctl stream ...``, ``python -m streaming.job ...`` or
-``spark-submit streaming/job.py ...`` (same options; see ``streaming.cli``).
+Run it with ``lbctl stream ...``, ``python -m streaming.submit ...`` or
+``spark-submit streaming/submit.py ...`` (same options; see ``streaming.cli``).
 """
 
 from __future__ import annotations
@@ -20,19 +20,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-if __package__ in (None, ""):  # spark-submit streaming/job.py: make the project importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
 
+from infra import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
-from streaming.checkpoint_settings import check_shards
+from streaming.checkpoint_settings import DEFAULT_SHARDS, check_shards
 from streaming.decide import BatchStats, DecisionStage
 from streaming.parse import ParseSettings, parse_batches
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, ddl
+from streaming.source import read_kafka_stream
 from streaming.state import LoadStateProcessor
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-DEFAULT_SHARDS = 32
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,6 @@ class StreamSettings:
 def spark_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:
     """A session with what the job needs: RocksDB state store and Arrow for pandas."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     return (
         SparkSession.builder.master(master)
         .appName("pulsar-lb-stream")
@@ -82,10 +82,6 @@ def spark_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:
 
 def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfig) -> Any:
     """The state step's output as a streaming DataFrame (before the decision stage)."""
-    from pyspark.sql import functions as F
-
-    from streaming.source import read_kafka_stream
-
     raw = read_kafka_stream(
         spark,
         bootstrap_servers=settings.bootstrap_servers,
@@ -175,9 +171,6 @@ def progress_listener(spark: Any) -> Any:
     key = id(spark)
     if key in _LISTENERS:
         return _LISTENERS[key]
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    from infra import metrics
 
     class InputRowsListener(StreamingQueryListener):
         def __init__(self) -> None:
@@ -204,24 +197,3 @@ def progress_listener(spark: Any) -> Any:
     spark.streams.addListener(listener)
     _LISTENERS[key] = listener
     return listener
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m streaming.job`` / ``spark-submit streaming/job.py``: the ``lbctl stream``
-    options without the ``lbctl`` front."""
-    import argparse
-    import logging
-
-    from streaming.cli import add_stream_arguments, run_stream
-
-    parser = argparse.ArgumentParser(prog="streaming.job", description=__doc__.split("\n")[0])
-    add_stream_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return run_stream(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -45,6 +45,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -315,8 +316,9 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
     Stops at the first record at or beyond ``end`` or at an end-of-partition event at or beyond
     ``end``, so gaps (transaction markers, compaction) cannot make a task wait forever.
     """
+    # pyarrow: only executors reading a partition need it; the driver registers the source
+    # without loading it
     import pyarrow as pa
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     schema = pa.schema(
         [

@@ -29,6 +29,7 @@ from typing import Any
 
 # The report's NamespaceBundleStats field names; TimeAverageMessageData uses the same four.
 from loadbalance.report_columns import COUNT_FIELDS, VALUE_FIELDS
+from streaming.schema import SHARD_PREFIX
 from streaming.shard_state import ShardState, shard_of
 
 SHARDS_FIELD = "load:shards"
@@ -89,7 +90,6 @@ def blobs_from_docs(
 ) -> dict[str, bytes]:
     """Shard blobs holding ``docs`` (the inverse of ``docs_from_blobs``), for tools and tests
     that write a snapshot themselves. Missing fields take the values a fresh bundle has."""
-    from streaming.schema import SHARD_PREFIX
 
     by_shard: dict[int, list[str]] = {}
     for name in docs:

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 
+from streaming.kafka_source import register
+
 __all__ = ["builtin_kafka_available", "read_kafka_stream"]
 
 log = logging.getLogger(__name__)
@@ -59,12 +61,7 @@ def read_kafka_stream(
         raise ValueError(f"source must be 'auto', 'kafka' or 'python', got {source!r}")
     if source == "auto":
         source = "kafka" if builtin_kafka_available(spark) else "python"
-    if source == "kafka":
-        fmt = "kafka"
-    else:
-        from streaming.kafka_source import register
-
-        fmt = register(spark)
+    fmt = "kafka" if source == "kafka" else register(spark)
     log.info("reading %s from %s with the %s source", topic, bootstrap_servers, fmt)
     reader = (
         spark.readStream.format(fmt)
