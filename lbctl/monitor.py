@@ -34,9 +34,10 @@ from typing import Any
 
 import redis
 
+from loadbalance.values import DecisionKind
 from metadata_store.ownership_redis import RedisStore
 
-DECISION_KINDS = ("split", "unload", "transfer", "merge")
+DECISION_KINDS = DecisionKind.values()
 _RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 
 
