@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
 from loadbalance.errors import Conflict, InvalidInput, LoadBalancerError
 from loadbalance.split_algorithms import ALL_ALGORITHMS, SPECIFIED_POSITIONS_DIVIDE
+from loadbalance.values import DecisionReason, OutcomeKind
 
 if TYPE_CHECKING:
     from controller.events import OwnershipEvent
@@ -294,7 +295,7 @@ def split(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfi
             old_owner=before.broker if before else None,
             old_token=before.token if before else None,
             children=tuple(children),
-            reason="Admin",
+            reason=DecisionReason.ADMIN,
         )
     ]
     owners: dict[str, str | None] = dict.fromkeys(children)
@@ -372,7 +373,7 @@ def unload(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConf
             bundle=name,
             source_broker=lease.broker if lease else None,
             destination_broker=dest,
-            reason="Admin",
+            reason=DecisionReason.ADMIN,
             strategy="lbctl",
             decided_at_ms=now,
         )
@@ -388,7 +389,7 @@ def unload(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConf
             }
         )
     publish(args, config, events)
-    failed = [r for r in rows if r["outcome"] in ("rejected", "conflict")]
+    failed = [r for r in rows if r["outcome"] in (OutcomeKind.REJECTED, OutcomeKind.CONFLICT)]
     if failed:
         if len(rows) == 1:
             raise InvalidInput("unload", failed[0]["reason"])
