@@ -23,19 +23,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import redis
+from rich.console import Console
+from rich.table import Table
 
 from controller import admin_verbs as av
+from controller.loop import run_loop
+from controller.placement import lookup_assign_event
+from controller.recovery import AutoRecovery
 from infra import metrics
 from infra.config_loading import add_config_arguments, load_from_args
-from loadbalance.config import ConfigError, redact_url
+from infra.topics import ensure_topics
+from loadbalance.config import ConfigError, LoadBalancerConfig, redact_url
 from loadbalance.errors import Conflict, InvalidInput, Transient
-
-if TYPE_CHECKING:  # the Redis client is imported only by the verbs that run
-    from loadbalance.config import LoadBalancerConfig
-    from metadata_store.leases import Lease
-    from metadata_store.ownership_redis import RedisStore
-    from metadata_store.protocol import OwnershipStore
+from metadata_store.leases import Lease
+from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import OwnershipStore
 
 _now_ms = av.now_ms
 _require = av.require_namespace
@@ -188,10 +193,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(func: Any, args: argparse.Namespace) -> int:
-    import redis
-
-    from metadata_store.ownership_redis import RedisStore
-
     url = ""
     try:
         config = load_from_args(args)
@@ -231,8 +232,6 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table()
     for col in rows[0] if rows else ["(none)"]:
@@ -271,7 +270,6 @@ def _lease_row(bundle: str, lease: Lease | None) -> dict[str, Any]:
 def _lookup(
     store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
 ) -> list[dict[str, Any]]:
-    from controller.placement import lookup_assign_event
 
     event = None
     if args.no_assign:
@@ -291,11 +289,6 @@ def _owners(
 
 
 def _control(args: argparse.Namespace) -> int:
-    from controller.loop import run_loop
-    from controller.recovery import AutoRecovery
-    from infra.topics import ensure_topics
-    from metadata_store.ownership_redis import RedisStore
-
     try:
         config = load_from_args(args)
         known = {k: int(v) for k, _, v in (x.partition("=") for x in args.known_namespace)}

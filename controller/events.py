@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import Producer
+
 from infra.topics import kafka_client_config
 from loadbalance.bundles import parse_bundle
 from loadbalance.errors import InvalidInput, Transient
@@ -197,7 +199,6 @@ class EventPublisher:
         topic: str,
         client_config: Mapping[str, Any] | None = None,
     ) -> None:
-        from confluent_kafka import Producer
 
         self.topic = topic
         self._producer = Producer(kafka_client_config(bootstrap_servers, client_config))

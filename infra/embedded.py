@@ -22,6 +22,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
+import redis
+from confluent_kafka.admin import AdminClient
+
 from infra.process import free_port, log_tail, port_accepts, spawn, terminate
 
 if TYPE_CHECKING:
@@ -209,8 +212,6 @@ class EmbeddedKafka(_Service):
         ]
 
     def _probe(self) -> bool:
-        from confluent_kafka.admin import AdminClient
-
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         metadata = admin.list_topics(timeout=5)
         return bool(metadata.brokers)
@@ -285,7 +286,6 @@ class EmbeddedRedis(_Service):
 
     def client(self, **kwargs: Any) -> redis.Redis:
         """A ``redis.Redis`` client for this server."""
-        import redis
 
         return redis.Redis.from_url(self.url, **kwargs)
 

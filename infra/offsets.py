@@ -36,6 +36,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
 from infra.topics import kafka_client_config
 
 __all__ = ["earliest_offsets", "latest_offsets", "partitions_for", "probe_consumer_config"]
@@ -70,8 +73,6 @@ def partitions_for(
     timeout_s: float = 10.0,
 ) -> list[int]:
     """Partition ids of ``topic`` from a metadata request (raises if the topic is unknown)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(kafka_client_config(bootstrap_servers, client_config))
     metadata = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -82,7 +83,6 @@ def partitions_for(
 
 def _low_watermarks(consumer: Any, topic: str, partitions: list[int], timeout_s: float) -> dict:
     """ListOffsets(earliest) per partition: this part of ListOffsets is right on Tansu."""
-    from confluent_kafka import TopicPartition
 
     return {
         p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[0])
@@ -97,7 +97,6 @@ def earliest_offsets(
     timeout_s: float = 10.0,
 ) -> dict[int, int]:
     """partition -> first offset still in the log (ListOffsets(earliest), correct on Tansu)."""
-    from confluent_kafka import Consumer
 
     partitions = partitions_for(bootstrap_servers, topic, client_config, timeout_s)
     consumer = Consumer(probe_consumer_config(bootstrap_servers, client_config))
@@ -123,7 +122,6 @@ def latest_offsets(
     gets no answer within ``hint_timeout_s`` (the log was truncated or recreated) is retried from
     the low watermark. Raises ``TimeoutError`` if some partition never answers.
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     deadline = time.monotonic() + timeout_s
     partitions = partitions_for(bootstrap_servers, topic, client_config, timeout_s)

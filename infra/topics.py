@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
 __all__ = ["ensure_topics", "kafka_client_config"]
 
 
@@ -39,8 +42,6 @@ def ensure_topics(
 
     Existing topics are left as they are (their partition count is not changed).
     """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     if not topics:
         return []

@@ -31,7 +31,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from confluent_kafka import Producer
+
 from infra import metrics
+from infra.topics import kafka_client_config
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.errors import InvalidInput, LoadBalancerError, Transient
@@ -125,9 +128,6 @@ class KafkaReportPublisher:
         client_config: Mapping[str, Any] | None = None,
         flush_timeout_s: float = 10.0,
     ) -> None:
-        from confluent_kafka import Producer
-
-        from infra.topics import kafka_client_config
 
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s

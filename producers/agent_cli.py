@@ -14,6 +14,10 @@ import sys
 from infra import metrics
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
 from loadbalance.config import ConfigError, LoadBalancerConfig
+from metadata_store.ownership_redis import RedisStore
+from producers.agent import Agent, KafkaReportPublisher, LeaseKeeper
+from producers.bundle_stats import provider_from_spec
+from producers.host_usage import PsutilHostUsage
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,10 +82,6 @@ def nic_speed_mbps(args: argparse.Namespace, config: LoadBalancerConfig) -> floa
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    from producers.agent import Agent, KafkaReportPublisher, LeaseKeeper
-    from producers.bundle_stats import provider_from_spec
-    from producers.host_usage import PsutilHostUsage
-
     try:
         config = load_from_args(args)
     except ConfigError as e:
@@ -105,8 +105,6 @@ def run_agent(args: argparse.Namespace) -> int:
     keeper = None
     redis_url = args.redis_url or config.redis_url
     if redis_url:
-        from metadata_store.ownership_redis import RedisStore
-
         store = RedisStore.from_url(
             redis_url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
         )

@@ -24,10 +24,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+from confluent_kafka import KafkaException
+
 from infra import metrics
 from infra.config_loading import add_config_arguments, kafka_security
+from infra.topics import ensure_topics
 from loadbalance.config import ConfigError, LoadBalancerConfig, load_config
 from loadbalance.errors import InvalidInput
+from metadata_store.ownership_redis import RedisStore
+from producers import scoreboard
+from producers.fast_sim import FastSim, make_config
+from producers.live_sim import (
+    LiveSim,
+    TimestampedReportPublisher,
+    newest_record_ms,
+    resume_start_ms,
+)
+from producers.scenarios import available_scenarios, load_scenario
 
 DEFAULT_OUT = Path(".lbctl/bench")
 
@@ -104,9 +118,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_bench_balance(args: argparse.Namespace) -> int:
-    from producers import scoreboard
-    from producers.scenarios import available_scenarios
-
     scenarios = args.scenarios or available_scenarios()
     pairs = args.pairs or list(scoreboard.ALL_PAIR_KEYS)
     unknown = [p for p in pairs if p not in scoreboard.PAIRS]
@@ -145,9 +156,6 @@ def run_bench_balance(args: argparse.Namespace) -> int:
 def run_simulate(args: argparse.Namespace) -> int:
     if not args.fast:
         return run_simulate_live(args)
-    from producers import scoreboard
-    from producers.fast_sim import FastSim, make_config
-    from producers.scenarios import load_scenario
 
     try:
         scenario = load_scenario(args.scenario, args.seed)
@@ -248,17 +256,6 @@ def run_simulate_live(args: argparse.Namespace) -> int:
 
 
 def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
-    from infra.topics import ensure_topics
-    from metadata_store.ownership_redis import RedisStore
-    from producers import scoreboard
-    from producers.live_sim import (
-        LiveSim,
-        TimestampedReportPublisher,
-        newest_record_ms,
-        resume_start_ms,
-    )
-    from producers.scenarios import load_scenario
-
     try:
         scenario = load_scenario(args.scenario, args.seed)
         knobs = dict(scenario.config)
@@ -283,8 +280,6 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     if args.cycle_seconds < 0:
         print("lbctl simulate: --cycle-seconds must be >= 0", file=sys.stderr)
         return 2
-    import redis
-    from confluent_kafka import KafkaException
 
     security = kafka_security(config)
     try:

@@ -56,8 +56,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
+from confluent_kafka import Consumer, TopicPartition
 
 from controller.placement import lookup_and_assign
+from infra.offsets import earliest_offsets, latest_offsets, probe_consumer_config
 from loadbalance.bundles import NamespaceBundles, bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
@@ -116,9 +118,6 @@ def newest_record_ms(
     must continue after the newest report, not at "now": the streaming job's clock is the
     newest timestamp it has seen, and reports older than that would count as late.
     """
-    from confluent_kafka import Consumer, TopicPartition
-
-    from infra.offsets import earliest_offsets, latest_offsets, probe_consumer_config
 
     low = earliest_offsets(bootstrap_servers, topic, client_config, timeout_s)
     high = latest_offsets(bootstrap_servers, topic, client_config, timeout_s=timeout_s)
