@@ -225,7 +225,7 @@ def pick_bundle(store: RedisStore, ns: str, bundle_type: str) -> str:
     from streaming.snapshot_docs import read_bundle_docs
 
     nb = require_namespace(store, ns)
-    docs = read_bundle_docs(store.r, store.p)
+    docs = read_bundle_docs(store.load_snapshot)
     best, best_value = None, -1.0
     for name in nb.bundle_names:
         doc = docs.get(name)
@@ -433,7 +433,7 @@ def stored_report(store: RedisStore, broker: str | None) -> tuple[str, dict[str,
     back from the bundle state (the last sample of each reported bundle this broker sent)."""
     from streaming.snapshot_docs import read_bundle_docs
 
-    raw = {k.decode(): v for k, v in store.r.hgetall(f"{store.p}:load:brokers").items()}
+    raw = store.load_snapshot.broker_docs_raw()
     if broker is None:
         if not raw:
             raise InvalidInput("broker", "no broker has a load report in the snapshot")
@@ -445,7 +445,7 @@ def stored_report(store: RedisStore, broker: str | None) -> tuple[str, dict[str,
     if broker not in raw:
         raise InvalidInput("broker", f"broker unknown or without a load report: {broker}")
     report = dict(json.loads(raw[broker]).get("report") or {})
-    docs = read_bundle_docs(store.r, store.p)
+    docs = read_bundle_docs(store.load_snapshot)
     stats = {
         b: docs[b]["lastStats"]
         for b in sorted(report.get("bundles") or ())

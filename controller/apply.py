@@ -19,7 +19,6 @@ reliability suite (``tests/reliability``) kill the process exactly there.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -36,7 +35,6 @@ CONFLICT = OutcomeKind.CONFLICT
 REJECTED = OutcomeKind.REJECTED
 DUPLICATE = OutcomeKind.DUPLICATE
 DRY_RUN = OutcomeKind.DRY_RUN
-OUTCOME_STREAM_MAXLEN = 100_000
 FAULT_POINT_ENV = "LBCTL_FAULT_POINT"
 
 
@@ -62,75 +60,24 @@ class Outcome:
     reason: str = ""
 
 
-def _key(store: RedisStore, name: str) -> str:
-    return f"{store.p}:{name}"
-
-
 def outcome_of(store: RedisStore, decision_id: str) -> Outcome | None:
-    raw = store.r.hget(_key(store, "outcomes"), decision_id)
-    if raw is None:
+    doc = store.outcomes.get(decision_id)
+    if doc is None:
         return None
-    doc = json.loads(raw)
     return Outcome(decision_id, doc["outcome"], doc.get("reason", ""))
-
-
-# KEYS: outcomes hash, outcome stream; ARGV: id, doc (JSON), stream maxlen, then the stream
-# entry's field/value pairs. The first real outcome of an id wins the hash (a dry run does not
-# count, nor does a conflict: it changed nothing, and with two controllers racing it is the
-# loser's view of a change the other one is still recording); a later one for the same id comes
-# from a second controller that raced this one, and goes to the stream only, as a conflict
-# naming the outcome that won.
-_LUA_RECORD = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local first = ''
-if cur then
-  local prev = cjson.decode(cur)['outcome']
-  if prev ~= 'dry_run' and prev ~= 'conflict' then first = prev end
-end
-local entry = {}
-for i = 4, #ARGV do entry[#entry + 1] = ARGV[i] end
-if first == '' then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-else
-  entry[4] = 'conflict'
-  entry[#entry + 1] = 'race'
-  entry[#entry + 1] = first
-end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(entry))
-return first
-"""
-
-
-def _stream_entry(d: Decision, outcome: Outcome, now_ms: int) -> list[str]:
-    """``reason`` is the outcome's; ``decisionReason`` and the brokers say why the policy asked
-    (``lbctl monitor`` shows both). ``outcome`` stays the fourth item: the record script sets it."""
-    return ["id", d.id, "outcome", outcome.outcome, "reason", outcome.reason, "kind", d.kind,
-            "bundle", d.bundle, "atMs", str(now_ms), "decisionReason", d.reason,
-            "source", d.source_broker or "", "destination", d.destination_broker or ""]  # fmt: skip
 
 
 def _record(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> Outcome:
     """Record the outcome in the hash and the stream, atomically; report a lost race.
 
-    Why a script: two controllers run by mistake can both pass the de-duplication check for
-    the same decision; the hash keeps the first outcome (the loser's would otherwise overwrite
-    an ``applied`` with ``already_satisfied`` and hide who changed Redis), and the loser's
-    outcome is returned and streamed as ``conflict`` so the mistake is visible.
+    Why atomically (``metadata_store.outcomes``): two controllers run by mistake can both pass
+    the de-duplication check for the same decision; the hash keeps the first outcome (the
+    loser's would otherwise overwrite an ``applied`` with ``already_satisfied`` and hide who
+    changed Redis), and the loser's outcome is returned and streamed as ``conflict`` so the
+    mistake is visible.
     """
-    doc = {"outcome": outcome.outcome, "reason": outcome.reason, "kind": d.kind,
-           "bundle": d.bundle, "atMs": now_ms}  # fmt: skip
-    first = store.r.eval(
-        _LUA_RECORD,
-        2,
-        _key(store, "outcomes"),
-        _key(store, "outcome-stream"),
-        d.id,
-        json.dumps(doc),
-        OUTCOME_STREAM_MAXLEN,
-        *_stream_entry(d, outcome, now_ms),
-    )
-    if first:
-        won = first.decode() if isinstance(first, bytes) else str(first)
+    won = store.outcomes.record(d, outcome.outcome, outcome.reason, now_ms)
+    if won:
         return Outcome(
             d.id, CONFLICT, f"raced with another controller, which recorded {won}; "
             f"this one found {outcome.outcome} {outcome.reason}".rstrip()
@@ -140,13 +87,7 @@ def _record(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> Ou
 
 def _report_duplicate(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> None:
     """Stream (never hash) a duplicate, so a replay or a second controller shows in the tail."""
-    fields = _stream_entry(d, outcome, now_ms)
-    store.r.xadd(
-        _key(store, "outcome-stream"),
-        dict(zip(fields[::2], fields[1::2], strict=True)),
-        maxlen=OUTCOME_STREAM_MAXLEN,
-        approximate=True,
-    )
+    store.outcomes.stream_only(d, outcome.outcome, outcome.reason, now_ms)
 
 
 def apply_decision(

@@ -350,14 +350,13 @@ def _control(args: argparse.Namespace) -> int:
 def _decisions_tail(
     store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
 ) -> list[dict[str, Any]]:
-    entries = store.r.xrevrange(f"{store.p}:outcome-stream", count=max(1, args.n))
-    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
+    return store.outcomes.tail(args.n)
 
 
 def _broker_load(
     store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
 ) -> list[dict[str, Any]]:
-    raw = store.r.hget(f"{store.p}:load:brokers", args.broker)
+    raw = store.load_snapshot.broker_doc_raw(args.broker)
     if raw is None:
         raise InvalidInput("broker", f"broker unknown or without a load report: {args.broker}")
     doc = json.loads(raw)

@@ -69,7 +69,7 @@ from typing import Any
 
 import redis
 
-from loadbalance.bundles import NamespaceBundles, normalize_topic, topic_namespace
+from loadbalance.bundles import normalize_topic, topic_namespace
 from loadbalance.errors import InvalidInput
 from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
@@ -126,14 +126,14 @@ class LookupCache:
         if heartbeat_ms <= 0 or max_staleness_ms <= heartbeat_ms:
             raise ValueError("need 0 < heartbeat_ms < max_staleness_ms")
         self.store = store
-        self.r: redis.Redis = store.r
         self.max_staleness_s = max_staleness_ms / 1000
         self.heartbeat_s = heartbeat_ms / 1000
         self.refresh_on_invalidate = refresh_on_invalidate
         self.stats = CacheStats()
         self.tracking_client_id: int | None = None
-        self._ns_prefix = f"{store.p}:ns:"
-        self._lease_prefix = f"{store.p}:lease:"
+        self._keys = store.keys
+        self._ns_prefix = store.keys.ns_prefix()
+        self._lease_prefix = store.keys.lease_prefix()
         self._ns: dict[str, _NsEntry] = {}
         self._leases: dict[str, Lease | None] = {}
         self._pending: dict[bytes, object] = {}  # Redis key -> placeholder of a fill in flight
@@ -241,24 +241,20 @@ class LookupCache:
 
     # -- fills (lookup path, caller's thread) ------------------------------------------------
     def _fill_namespaces(self, namespaces: Sequence[str]) -> dict[str, _NsEntry]:
-        keys = [f"{self._ns_prefix}{ns}".encode() for ns in namespaces]
+        keys = [self._keys.ns(ns).encode() for ns in namespaces]
         marks = self._mark_pending(keys)
         try:
-            pipe = self.r.pipeline(transaction=False)
-            for k in keys:
-                pipe.hmget(k, "boundaries", "version")
-            raws = pipe.execute()
+            read = self.store.read_namespaces(namespaces)
         except BaseException:
             self._unmark_pending(keys, marks)
             raise
         self.stats.misses += len(keys)
         out: dict[str, _NsEntry] = {}
-        for ns, raw in zip(namespaces, raws):
-            if raw[0] is None:
+        for ns, nb in zip(namespaces, read):
+            if nb is None:
                 self._unmark_pending(keys, marks)
                 raise InvalidInput("namespace", f"unknown namespace {ns}")
-            bounds = tuple(int(x, 16) for x in raw[0].decode().split(","))
-            nb = NamespaceBundles(ns, bounds, int(raw[1]))
+            bounds = nb.boundaries
             out[ns] = _NsEntry(bounds, nb.bundle_names, len(bounds) - 2, nb.version)
         with self._lock:
             for ns, k, m in zip(namespaces, keys, marks):
@@ -268,7 +264,7 @@ class LookupCache:
         return out
 
     def _fill_leases(self, bundles: Sequence[str]) -> dict[str, Lease | None]:
-        keys = [f"{self._lease_prefix}{b}".encode() for b in bundles]
+        keys = [self._keys.lease(b).encode() for b in bundles]
         marks = self._mark_pending(keys)
         try:
             got = self._read_leases(bundles)
@@ -284,13 +280,7 @@ class LookupCache:
         return got
 
     def _read_leases(self, bundles: Sequence[str]) -> dict[str, Lease | None]:
-        pipe = self.r.pipeline(transaction=False)
-        for b in bundles:
-            pipe.hmget(f"{self._lease_prefix}{b}", "broker", "token", "expires")
-        out: dict[str, Lease | None] = {}
-        for b, raw in zip(bundles, pipe.execute()):
-            out[b] = None if raw[0] is None else Lease(b, raw[0].decode(), int(raw[1]), int(raw[2]))
-        return out
+        return self.store.read_leases(bundles)
 
     def _mark_pending(self, keys: Sequence[bytes]) -> list[object]:
         marks = [object() for _ in keys]
@@ -337,26 +327,10 @@ class LookupCache:
             backoff_s = min(backoff_s * 2, 2.0)
 
     def _connect_tracking(self) -> Any:
-        pool = self.r.connection_pool
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["protocol"] = 3
-        kwargs["health_check_interval"] = 0  # our own PINGs are the health check
         # a frozen server must end in an error, not a read that blocks this thread forever
         # (redis-py's default is 5 s; None, if the caller chose it, would mean never)
         limit_s = max(1.0, 2 * self.max_staleness_s)
-        for k in ("socket_timeout", "socket_connect_timeout"):
-            if k in kwargs and kwargs[k] is None:
-                kwargs[k] = limit_s
-        conn = pool.connection_class(**kwargs)
-        conn.connect()
-        conn._parser.set_invalidation_push_handler(self._on_push)
-        conn.send_command("CLIENT", "ID")
-        self.tracking_client_id = int(conn.read_response())
-        conn.send_command(
-            "CLIENT", "TRACKING", "ON", "BCAST",
-            "PREFIX", self._ns_prefix, "PREFIX", self._lease_prefix,
-        )  # fmt: skip
-        conn.read_response()
+        conn, self.tracking_client_id = self.store.open_tracking_connection(self._on_push, limit_s)
         # Whatever was cached before tracking was on may have missed invalidations.
         self._flush()
         self.stats.connects += 1

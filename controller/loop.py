@@ -29,7 +29,6 @@ Consumer settings follow DESIGN.md §6: ``session.timeout.ms=6000`` and
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import time
@@ -145,22 +144,6 @@ def decision_events(
     return []
 
 
-def _outbox_key(store: RedisStore) -> str:
-    return f"{store.p}:event-outbox"
-
-
-def _encode_before(before: dict[str, Lease | None]) -> str:
-    return json.dumps(
-        {b: [x.broker, x.token, x.expires_at_ms] if x else None for b, x in before.items()}
-    )
-
-
-def _decode_before(raw: bytes) -> dict[str, Lease | None]:
-    return {
-        b: Lease(b, v[0], int(v[1]), int(v[2])) if v else None for b, v in json.loads(raw).items()
-    }
-
-
 def _effect_holds(store: RedisStore, outcome: Outcome) -> bool:
     """Whether the decision's change is in Redis: applied now, found made, or a duplicate of
     one that was applied or found made."""
@@ -192,13 +175,13 @@ def apply_with_events(
     """
     if dry_run:
         return apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, dry_run=True), []
-    saved = store.r.hget(_outbox_key(store), d.id) if outbox else None
+    saved = store.outbox.get(d.id) if outbox else None
     if saved is not None:
-        before = _decode_before(saved)
+        before = saved
     else:
         before = {b: store.owner(b, now_ms) for b in _bundles_of(d)}
         if outbox:
-            store.r.hset(_outbox_key(store), d.id, _encode_before(before))
+            store.outbox.put(d.id, before)
     outcome = apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms)
     if outcome.outcome == APPLIED or (saved is not None and _effect_holds(store, outcome)):
         return outcome, decision_events(store, d, before, now_ms)
@@ -207,7 +190,7 @@ def apply_with_events(
 
 def clear_outbox(store: RedisStore, decision_id: str) -> None:
     """Forget a decision's saved leases once its events are delivered (or it had none)."""
-    store.r.hdel(_outbox_key(store), decision_id)
+    store.outbox.clear(decision_id)
 
 
 def run_loop(
@@ -276,11 +259,7 @@ def run_loop(
             d = decode_decision(msg.value() or b"", max_bytes=max_decision_bytes)
         except InvalidDecision as e:
             where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
-            store.r.hset(
-                f"{store.p}:outcomes",
-                f"record:{where}",
-                json.dumps({"outcome": REJECTED, "reason": str(e), "atMs": now}),
-            )
+            store.outcomes.record_unreadable(where, REJECTED, str(e), now)
             log.warning("rejected record %s: %s", where, e)
             metrics.CONTROL_DECISIONS.labels(kind="invalid", outcome=REJECTED).inc()
             return REJECTED
@@ -309,7 +288,7 @@ def run_loop(
             return
         stats.recoveries += 1
         metrics.CONTROL_RECOVERIES.inc()
-        log.warning("%s", summary(report, f"{store.p}:recovery:last"))
+        log.warning("%s", summary(report, store.keys.recovery_last()))
         deliver(recovery_events(report))
 
     def hold(msg: Any, delay: float) -> None:

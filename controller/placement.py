@@ -38,7 +38,7 @@ from loadbalance.view import ClusterView
 from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
-from streaming.snapshot_docs import blobs_from_docs, read_bundle_docs, shards_key
+from streaming.snapshot_docs import blobs_from_docs, read_bundle_docs
 
 
 def _avg_doc(t: Any) -> dict[str, float]:
@@ -63,43 +63,30 @@ def put_load_snapshot(
     store: RedisStore, brokers: dict[str, dict[str, Any]], bundles: dict[str, BundleData]
 ) -> None:
     """Replace the snapshot (what the streaming job calls after each batch)."""
-    pipe = store.r.pipeline(transaction=True)
-    pipe.delete(f"{store.p}:load:brokers", shards_key(store.p))
-    if brokers:
-        pipe.hset(f"{store.p}:load:brokers", mapping={b: json.dumps(v) for b, v in brokers.items()})
-    if bundles:
-        docs = {b: bundle_data_doc(d) for b, d in bundles.items()}
-        pipe.hset(shards_key(store.p), mapping=blobs_from_docs(docs))
-    pipe.execute()
+    docs = {b: bundle_data_doc(d) for b, d in bundles.items()}
+    store.load_snapshot.replace(
+        {b: json.dumps(v) for b, v in brokers.items()}, blobs_from_docs(docs) if docs else {}
+    )
 
 
 def load_view(store: RedisStore, config: LoadBalancerConfig, now_ms: int) -> ClusterView | None:
     """The snapshot as a ``ClusterView`` of live brokers, with the recorded preallocations."""
     live = set(store.live_brokers(now_ms))
-    raw_brokers = {
-        k.decode(): json.loads(v) for k, v in store.r.hgetall(f"{store.p}:load:brokers").items()
-    }
+    raw_brokers = store.load_snapshot.broker_docs()
     brokers = {b: v for b, v in raw_brokers.items() if b in live}
     if not brokers:
         return None
-    bundles = read_bundle_docs(store.r, store.p)
+    bundles = read_bundle_docs(store.load_snapshot)
     snap = parse_snapshot(
         json.dumps({"nowMs": now_ms, "brokers": brokers, "bundleData": bundles}),
         weights_from_config(config),
     )
     pre: dict[str, dict[str, BundleData]] = {}
     for b in brokers:
-        entries = store.r.hgetall(f"{store.p}:prealloc:{b}")
+        entries = store.preallocations.of(b)
         if entries:
-            parsed = parse_snapshot(
-                json.dumps(
-                    {
-                        "brokers": {b: brokers[b]},
-                        "bundleData": {k.decode(): json.loads(v) for k, v in entries.items()},
-                    }
-                )
-            )
-            pre[b] = {k.decode(): parsed.view.bundle(k.decode()) for k in entries}
+            parsed = parse_snapshot(json.dumps({"brokers": {b: brokers[b]}, "bundleData": entries}))
+            pre[b] = {k: parsed.view.bundle(k) for k in entries}
     return replace(snap.view, preallocated=MappingProxyType(pre))
 
 
@@ -130,8 +117,8 @@ def assign_with_event(
         store, bundle, load_view(store, config, now_ms), config, now_ms, seed=seed, reason=reason
     )
     if placed.event is not None and placed.preallocated is not None:
-        doc = json.dumps(bundle_data_doc(placed.preallocated))
-        store.r.hset(f"{store.p}:prealloc:{placed.event.new_owner}", bundle, doc)
+        doc = bundle_data_doc(placed.preallocated)
+        store.preallocations.record(placed.event.new_owner, bundle, doc)
     return placed.lease, placed.event
 
 

@@ -50,7 +50,7 @@ from controller.events import ASSIGNED, MAX_TOKEN, InvalidEvent, OwnershipEvent,
 from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from metadata_store.leases import BrokerNotAlive
-from metadata_store.ownership_redis import RedisStore, _csv
+from metadata_store.ownership_redis import RedisStore
 from streaming.snapshot_docs import read_bundle_docs
 
 log = logging.getLogger("lbctl.recovery")
@@ -65,13 +65,8 @@ ALWAYS_LOST = (
 )
 
 
-def epoch_key(store: RedisStore) -> str:
-    return f"{store.p}:epoch"
-
-
 def current_epoch(store: RedisStore) -> str | None:
-    raw = store.r.get(epoch_key(store))
-    return raw.decode() if raw is not None else None
+    return store.recovery_state.epoch()
 
 
 def claims_from_snapshot(store: RedisStore, now_ms: int) -> dict[str, list[str]]:
@@ -79,7 +74,7 @@ def claims_from_snapshot(store: RedisStore, now_ms: int) -> dict[str, list[str]]
     the loss, keeping only brokers registered and live again."""
     live = set(store.live_brokers(now_ms))
     claims: dict[str, list[str]] = {}
-    for bundle, doc in read_bundle_docs(store.r, store.p).items():
+    for bundle, doc in read_bundle_docs(store.load_snapshot).items():
         broker = doc.get("broker")
         if broker in live:
             claims.setdefault(broker, []).append(bundle)
@@ -92,7 +87,7 @@ def detect_loss(
     """Why we think Redis lost its data, or None if it did not."""
     epoch = current_epoch(store)
     if known_epoch is not None and epoch is None:
-        return f"the epoch key {epoch_key(store)} is gone (this controller saw {known_epoch})"
+        return f"the epoch key {store.keys.epoch()} is gone (this controller saw {known_epoch})"
     if known_epoch is not None and epoch != known_epoch:
         return f"the epoch changed from {known_epoch} to {epoch} (another dataset)"
     if epoch is None:
@@ -226,19 +221,7 @@ def recover(
             report.namespaces[ns] = NamespaceRebuild(n, 0, n, "default")
     # fence first: every token granted from here on is above anything handed out before. A
     # counter that is not an integer in range (written by hand) is refused before any write.
-    fenced = store.r.eval(
-        "local raw = redis.call('GET', KEYS[1]) or '0' "
-        "if not string.match(raw, '^%d+$') or string.len(raw) > 16 "
-        "or tonumber(raw) > tonumber(ARGV[2]) then "
-        "return redis.error_reply('fence counter holds ' .. string.sub(raw, 1, 40)) end "
-        "if tonumber(raw) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end "
-        "return 1",
-        1,
-        f"{store.p}:fence",
-        token_floor,
-        MAX_TOKEN - grants_max,
-    )
-    assert fenced == 1
+    store.recovery_state.raise_fence(token_floor, MAX_TOKEN - grants_max)
     for ns, bounds in writes:
         _write_namespace(store, ns, bounds, now_ms)
     granted = set()
@@ -261,28 +244,14 @@ def recover(
         "namespaces that no broker reports and the caller did not name cannot be known; "
         f"the store now holds {sorted(existing | set(report.namespaces))}"
     )
-    pipe = store.r.pipeline(transaction=True)
-    pipe.set(epoch_key(store), epoch)
-    pipe.set(f"{store.p}:recovery:last", report.to_json())
-    pipe.xadd(f"{store.p}:recovery-log", {"report": report.to_json()}, maxlen=1000)
-    pipe.execute()
+    store.recovery_state.finish(epoch, report.to_json())
     return report
 
 
 def _write_namespace(store: RedisStore, ns: str, bounds: list[int], now_ms: int) -> None:
     """Create ``ns`` with ``bounds`` unless it exists (a racing creator wins, we re-lease)."""
     NamespaceBundles(ns, tuple(bounds), now_ms)  # validates: covers the ring, increasing
-    store.r.eval(
-        "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
-        "redis.call('HSET', KEYS[1], 'boundaries', ARGV[1], 'version', ARGV[2]) "
-        "redis.call('SADD', KEYS[2], ARGV[3]) return 1",
-        2,
-        store._ns(ns),
-        f"{store.p}:namespaces",
-        _csv(bounds),
-        now_ms,
-        ns,
-    )
+    store.recovery_state.write_namespace(ns, bounds, now_ms)
 
 
 # A token more than this above every lower token on the topic is not trusted as the floor.
@@ -423,8 +392,7 @@ def token_floor_from_events(
 
 
 def last_report(store: RedisStore) -> dict[str, Any] | None:
-    raw = store.r.get(f"{store.p}:recovery:last")
-    return json.loads(raw) if raw is not None else None
+    return store.recovery_state.last_report()
 
 
 def summary(report: RecoveryReport, report_key: str = "P:recovery:last") -> str:

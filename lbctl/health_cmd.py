@@ -5,7 +5,7 @@ or Redis outage, still has a running process and an open metrics port, so "the p
 says nothing. Each process has one record that moves only when it does useful work:
 
 * ``stream``: the id of the last batch the job committed, ``P:stream:progress`` field ``batch``
-  in Redis (written by ``streaming.sinks.RedisProgress`` in the same transaction as the load
+  in Redis (written by ``metadata_store.progress.RedisProgress`` in the same transaction as the load
   snapshot, so a batch counts only once its results are in Redis);
 * ``control``: ``lbctl_control_sweeps_total`` on the controller's metrics endpoint; the loop
   sweeps expired leases every ``--sweep-interval-s`` (5 s) and counts a sweep only when Redis
@@ -44,6 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infra.config_loading import add_config_arguments, load_from_args
 from loadbalance.config import ConfigError, redact_url
+from metadata_store.progress import RedisProgress
 
 HEALTHY, UNHEALTHY = 0, 1
 
@@ -124,9 +125,9 @@ def default_state_file(process: str, source: str) -> Path:
 
 
 def stream_progress(client: Any, prefix: str) -> str | None:
-    """The last committed batch id, as ``streaming.sinks.RedisProgress`` writes it."""
-    raw = client.hget(f"{prefix}:stream:progress", "batch")
-    return None if raw is None else f"batch {int(raw)}"
+    """The last committed batch id, as ``metadata_store.progress.RedisProgress`` writes it."""
+    batch = RedisProgress(client, prefix).last_batch()
+    return None if batch is None else f"batch {batch}"
 
 
 def counter_total(metrics_text: str, sample_name: str) -> float | None:

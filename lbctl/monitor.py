@@ -36,6 +36,7 @@ import redis
 
 from loadbalance.values import DecisionKind
 from metadata_store.ownership_redis import RedisStore
+from metadata_store.progress import RedisProgress
 
 DECISION_KINDS = DecisionKind.values()
 _RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
@@ -302,7 +303,7 @@ def _text(fields: Mapping[bytes, bytes], key: str) -> str:
 
 
 def decision_row(fields: Mapping[bytes, bytes]) -> DecisionRow:
-    """An outcome-stream entry (fields in ``controller.apply._stream_entry``)."""
+    """An outcome-stream entry (fields in ``metadata_store.outcomes``)."""
     try:
         at_ms = int(_text(fields, "atMs") or 0)
     except ValueError:
@@ -344,6 +345,14 @@ class Monitor:
     _recent: deque = field(default_factory=lambda: deque(maxlen=50))
     _batch: int | None = None
     _batch_seen_at: float | None = None
+    _store: RedisStore | None = field(default=None, init=False, repr=False)
+
+    @property
+    def store(self) -> RedisStore:
+        """The ownership store over ``client`` (Redis's clock), whose repositories give the rest."""
+        if self._store is None:
+            self._store = RedisStore(self.client, self.prefix, clock="server")
+        return self._store
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "lb", **redis_kwargs: Any) -> Monitor:
@@ -352,15 +361,13 @@ class Monitor:
         return cls(redis.Redis.from_url(url, socket_timeout=5, **redis_kwargs), prefix)
 
     def _read_outcomes(self) -> list[DecisionRow]:
-        key = f"{self.prefix}:outcome-stream"
         new: list[DecisionRow] = []
         while True:
-            start = "-" if self._last_id == "-" else f"({self._last_id}"
-            entries = self.client.xrange(key, min=start, max="+", count=1000)
+            entries = self.store.outcomes.read_after(self._last_id, 1000)
             if not entries:
                 break
             for entry_id, fields in entries:
-                self._last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+                self._last_id = entry_id
                 row = decision_row(fields)
                 self._outcomes[row.outcome] = self._outcomes.get(row.outcome, 0) + 1
                 if row.outcome == "applied":
@@ -370,13 +377,11 @@ class Monitor:
         return new
 
     def _server_ms(self) -> int:
-        seconds, micros = self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return self.store.server_time_ms()
 
     def _leases(self, now_ms: int) -> tuple[dict[str, int], int, int, list[ExpiringLease]]:
         """Owned-bundle counts per broker, bundles, owned bundles, leases ending soon."""
-
-        store = RedisStore(self.client, self.prefix, clock="server")
+        store = self.store
         counts: dict[str, int] = {}
         bundles = owned = 0
         soon: list[ExpiringLease] = []
@@ -399,17 +404,14 @@ class Monitor:
 
     def _registry(self, now_ms: int) -> tuple[list[str], list[str], dict[str, float]]:
         """Registered ids, live ids, and expired registrations -> seconds since the heartbeat."""
-        registered = sorted(b.decode() for b in self.client.smembers(f"{self.prefix}:brokers"))
-        pipe = self.client.pipeline(transaction=False)
-        for b in registered:
-            pipe.hmget(f"{self.prefix}:broker:{b}", "heartbeat", "expires")
+        registrations = self.store.registrations()
         live, expired = [], {}
-        for b, (beat, expires) in zip(registered, pipe.execute(), strict=True):
-            if expires is not None and int(expires) > now_ms:
+        for b, (beat, expires) in registrations.items():
+            if expires is not None and expires > now_ms:
                 live.append(b)
             else:
-                expired[b] = (now_ms - int(beat)) / 1000 if beat is not None else float("inf")
-        return registered, live, expired
+                expired[b] = (now_ms - beat) / 1000 if beat is not None else float("inf")
+        return list(registrations), live, expired
 
     def read(self) -> Snapshot:
         """One consistent-enough read (several keys, no transaction: it is a display)."""
@@ -418,19 +420,16 @@ class Monitor:
         server_ms = self._server_ms()
         owned, n_bundles, n_owned, soon = self._leases(server_ms)
         registered, live, expired = self._registry(server_ms)
-        raw = self.client.hgetall(f"{self.prefix}:load:brokers")
+        raw = self.store.load_snapshot.broker_docs_raw()
         rows = []
-        for name_b, value in sorted(raw.items()):
-            name = name_b.decode()
+        for name, value in sorted(raw.items()):
             try:
                 doc = json.loads(value)
             except ValueError:
                 continue
             if isinstance(doc, dict):
                 rows.append(broker_row(name, doc, owned.get(name, 0)))
-        progress = self.client.hmget(f"{self.prefix}:stream:progress", "batch", "now_ms")
-        batch = int(progress[0]) if progress[0] is not None else None
-        event_ms = int(progress[1]) if progress[1] is not None else None
+        batch, event_ms = RedisProgress(self.client, self.prefix).batch_and_clock()
         if batch is not None and batch != self._batch:
             self._batch, self._batch_seen_at = batch, time.monotonic()
         age = None if self._batch_seen_at is None else time.monotonic() - self._batch_seen_at

@@ -50,6 +50,7 @@ from lbctl.run_fast import DEFAULT_RUN_ROOT, run_fast
 from lbctl.supervisor import Supervisor, lbctl_argv
 from loadbalance.config import ConfigError, LoadBalancerConfig
 from loadbalance.errors import InvalidInput
+from metadata_store.progress import RedisProgress
 from producers import scoreboard
 from producers.scenarios import load_scenario
 
@@ -317,8 +318,7 @@ def _prepare(
     if not (checkpoint / "offsets").exists():
         client = redis.Redis.from_url(redis_url, **config.redis_client_kwargs())
         try:
-            p = config.redis_key_prefix
-            if client.delete(f"{p}:stream:progress", f"{p}:stream:pending"):
+            if RedisProgress(client, config.redis_key_prefix).forget():
                 log.warning("new checkpoint %s: dropped the old streaming progress", checkpoint)
         finally:
             client.close()

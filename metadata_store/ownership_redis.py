@@ -20,24 +20,17 @@ name that ``parse_bundle`` accepts (upper- or lower-case hex) and builds keys on
 canonical name (``tenant/ns/0x%08x_0x%08x``, lower case), so a spelling cannot create a
 second lease.
 
-Key layout (prefix ``P``, default ``lb``):
-
-==============================  =====================================================
-``P:namespaces``                set of namespace names
-``P:ns:<tenant/ns>``            hash ``boundaries`` (comma-separated hex), ``version``
-``P:lease:<bundle>``            hash ``broker``, ``token``, ``expires``
-``P:owned:<broker>``            set of bundles the broker holds leases on
-``P:fence``                     the fencing-token counter (only grows)
-``P:broker:<id>``               hash ``heartbeat``, ``expires``, ``info`` (JSON)
-``P:brokers``                   set of registered broker ids
-``P:epoch``                     id of this dataset, set with the first namespace; its
-                                absence tells ``controller.recovery`` Redis lost data
-==============================  =====================================================
+Keys: ``P:namespaces``, ``P:ns:<tenant/ns>``, ``P:lease:<bundle>``, ``P:owned:<broker>``,
+``P:fence``, ``P:broker:<id>``, ``P:brokers`` and ``P:epoch``, with their formats in the table of
+``metadata_store.keys``. The other families that controller code reads over the same connection
+are reached through this store's repositories (``outcomes``, ``outbox``, ``load_snapshot``,
+``preallocations``, ``recovery_state``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import uuid
 import zlib
@@ -56,7 +49,20 @@ from loadbalance.bundles import (
 )
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_history import Event, NamespaceVersion, Recorder, Revocation
+from metadata_store.formats import (
+    LEASE_FIELDS,
+    NS_FIELDS,
+    boundaries_csv,
+    lease_from_fields,
+    parse_boundaries,
+)
+from metadata_store.keys import Keys
 from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
+from metadata_store.load_snapshot import LoadSnapshot
+from metadata_store.outbox import EventOutbox
+from metadata_store.outcomes import OutcomeLog
+from metadata_store.placement_state import Preallocations
+from metadata_store.recovery_state import RecoveryState
 
 # Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
 # (``TIME``) when the store runs with ``clock="server"`` and passes an empty string. Judging a
@@ -263,6 +269,7 @@ class RedisStore:
             raise InvalidInput("clock", f"must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.r = client
         self.p = prefix
+        self.keys = Keys(prefix)
         self.clock = clock
         self.recorder = recorder
         self._create = client.register_script(_LUA_CREATE_NS)
@@ -292,16 +299,16 @@ class RedisStore:
 
     # -- keys (built only from canonical names) ------------------------------------------------
     def _ns(self, ns: str) -> str:
-        return f"{self.p}:ns:{ns}"
+        return self.keys.ns(ns)
 
     def _lease(self, bundle: BundleRange) -> str:
-        return f"{self.p}:lease:{bundle.name}"
+        return self.keys.lease(bundle.name)
 
     def _owned(self, broker: str) -> str:
-        return f"{self.p}:owned:{broker}"
+        return self.keys.owned(broker)
 
     def _broker(self, broker: str) -> str:
-        return f"{self.p}:broker:{broker}"
+        return self.keys.broker(broker)
 
     def _now(self, now_ms: int | None) -> int | str:
         """The script argument for "now": the caller's time, or '' for Redis's TIME."""
@@ -350,38 +357,38 @@ class RedisStore:
     ) -> None:
         """Register or heartbeat a broker; it is alive until ``now + ttl_ms``."""
         self._register(
-            keys=[self._broker(broker), f"{self.p}:brokers"],
+            keys=[self._broker(broker), self.keys.brokers()],
             args=[self._now(now_ms), int(ttl_ms), json.dumps(dict(info or {})), broker],
         )
 
     heartbeat = register_broker
 
     def live_brokers(self, now_ms: int) -> list[str]:
-        res = self._live(keys=[f"{self.p}:brokers"], args=[self._now(now_ms), self.p])
+        res = self._live(keys=[self.keys.brokers()], args=[self._now(now_ms), self.p])
         return sorted(b.decode() if isinstance(b, bytes) else b for b in res[1:])
 
     # -- namespaces --------------------------------------------------------------------------
     def create_namespace(self, ns: str, num_bundles: int, *, exist_ok: bool = False) -> bool:
         nb = NamespaceBundles.initial(ns, num_bundles)
         created = self._create(
-            keys=[self._ns(ns), f"{self.p}:namespaces", f"{self.p}:epoch"],
-            args=[_csv(nb.boundaries), ns, uuid.uuid4().hex],
+            keys=[self._ns(ns), self.keys.namespaces(), self.keys.epoch()],
+            args=[boundaries_csv(nb.boundaries), ns, uuid.uuid4().hex],
         )
         if not created and not exist_ok:
             raise InvalidInput("namespace", f"namespace {ns} already exists")
         return bool(created)
 
     def get_namespace(self, ns: str) -> NamespaceBundles | None:
-        raw = self.r.hmget(self._ns(ns), "boundaries", "version")
+        raw = self.r.hmget(self._ns(ns), *NS_FIELDS)
         if raw[0] is None:
             return None
-        bounds = tuple(int(x, 16) for x in raw[0].decode().split(","))
+        bounds = parse_boundaries(raw[0])
         nb = NamespaceBundles(ns, bounds, int(raw[1]))
         self._ns_cache[ns] = nb
         return nb
 
     def list_namespaces(self) -> list[str]:
-        return sorted(n.decode() for n in self.r.smembers(f"{self.p}:namespaces"))
+        return sorted(n.decode() for n in self.r.smembers(self.keys.namespaces()))
 
     def _require_ns(self, ns: str) -> NamespaceBundles:
         nb = self.get_namespace(ns)
@@ -402,7 +409,13 @@ class RedisStore:
         now_arg = "" if self.clock == "server" or now_ms is None else int(now_ms)
         res = self._reshape(
             keys=[self._ns(ns), *[self._lease(b) for b in gone]],
-            args=[expected, _csv(new.boundaries), self.p, now_arg, *[b.name for b in gone]],
+            args=[
+                expected,
+                boundaries_csv(new.boundaries),
+                self.p,
+                now_arg,
+                *[b.name for b in gone],
+            ],
         )
         if res[0] == -1:
             raise InvalidInput("namespace", f"unknown namespace {ns}")
@@ -482,7 +495,7 @@ class RedisStore:
                     self._lease(r),
                     self._broker(broker),
                     self._owned(broker),
-                    f"{self.p}:fence",
+                    self.keys.fence(),
                 ],
                 args=[r.name, nb.version, broker, self._now(now_ms), int(ttl_ms), self.p],
             )
@@ -560,7 +573,7 @@ class RedisStore:
                 self._owned(from_broker),
                 self._owned(to_broker),
                 self._broker(to_broker),
-                f"{self.p}:fence",
+                self.keys.fence(),
             ],
             args=[r.name, from_broker, int(token), to_broker, self._now(now_ms), int(ttl_ms)],
         )
@@ -575,9 +588,7 @@ class RedisStore:
 
     def owner(self, bundle: BundleRange | str, now_ms: int) -> Lease | None:
         r = canonical_bundle(bundle)
-        now, (raw,) = self._read_now(
-            now_ms, lambda p: p.hmget(self._lease(r), "broker", "token", "expires")
-        )
+        now, (raw,) = self._read_now(now_ms, lambda p: p.hmget(self._lease(r), *LEASE_FIELDS))
         return _live_lease(r.name, raw, now)
 
     def owners(self, ns: str, now_ms: int) -> dict[str, Lease]:
@@ -586,7 +597,7 @@ class RedisStore:
 
         def reads(pipe: Any) -> None:
             for b in names:
-                pipe.hmget(f"{self.p}:lease:{b}", "broker", "token", "expires")
+                pipe.hmget(self.keys.lease(b), *LEASE_FIELDS)
 
         now, raws = self._read_now(now_ms, reads)
         out = {}
@@ -604,7 +615,7 @@ class RedisStore:
         """
         gone: list[Lease] = []
         batch: list[bytes] = []
-        prefix_len = len(f"{self.p}:lease:".encode())
+        prefix_len = len(self.keys.lease_prefix().encode())
         now_arg = self._now(now_ms)
 
         def flush() -> None:
@@ -620,7 +631,7 @@ class RedisStore:
                     self._revoke(parse_bundle(bundle), broker, lease.token, at_ms, "sweep")
             batch.clear()
 
-        for key in self.r.scan_iter(match=f"{self.p}:lease:*", count=1000):
+        for key in self.r.scan_iter(match=f"{self.keys.lease_prefix()}*", count=1000):
             batch.append(key)
             if len(batch) >= SWEEP_BATCH:
                 flush()
@@ -671,10 +682,100 @@ class RedisStore:
 
         def reads(pipe: Any) -> None:
             for b in bundles:
-                pipe.hmget(f"{self.p}:lease:{b}", "broker", "token", "expires")
+                pipe.hmget(self.keys.lease(b), *LEASE_FIELDS)
 
         now, raws = self._read_now(now_ms, reads)
         return [(b, _live_lease(b, raw, now)) for b, raw in zip(bundles, raws)]
+
+    # -- reads for tools and caches ---------------------------------------------------------
+    def server_time_ms(self) -> int:
+        """Redis's own clock (``TIME``), epoch ms: what ``clock="server"`` judges leases by."""
+        return self._server_time_ms(self.r.time())
+
+    def registrations(self) -> dict[str, tuple[int | None, int | None]]:
+        """Every registered broker id -> (last heartbeat, registration expiry) in ms, None for a
+        field that is missing; not judged against any clock (``live_brokers`` is)."""
+        registered = sorted(b.decode() for b in self.r.smembers(self.keys.brokers()))
+        pipe = self.r.pipeline(transaction=False)
+        for b in registered:
+            pipe.hmget(self.keys.broker(b), "heartbeat", "expires")
+        out: dict[str, tuple[int | None, int | None]] = {}
+        for b, (beat, expires) in zip(registered, pipe.execute(), strict=True):
+            out[b] = (
+                int(beat) if beat is not None else None,
+                int(expires) if expires is not None else None,
+            )
+        return out
+
+    def read_namespaces(self, namespaces: Sequence[str]) -> list[NamespaceBundles | None]:
+        """The boundaries of several namespaces in one round trip (None: no such namespace)."""
+        pipe = self.r.pipeline(transaction=False)
+        for ns in namespaces:
+            pipe.hmget(self._ns(ns), *NS_FIELDS)
+        return [
+            None if raw[0] is None else NamespaceBundles(ns, parse_boundaries(raw[0]), int(raw[1]))
+            for ns, raw in zip(namespaces, pipe.execute())
+        ]
+
+    def read_leases(self, bundles: Sequence[str]) -> dict[str, Lease | None]:
+        """The lease hashes of canonical bundle names in one round trip, as stored: not judged
+        against any clock (None: no lease key)."""
+        pipe = self.r.pipeline(transaction=False)
+        for b in bundles:
+            pipe.hmget(self.keys.lease(b), *LEASE_FIELDS)
+        return {b: lease_from_fields(b, raw) for b, raw in zip(bundles, pipe.execute())}
+
+    def open_tracking_connection(self, on_push: Any, timeout_s: float) -> tuple[Any, int]:
+        """A new RESP3 connection (outside the pool) with broadcasting client tracking on for
+        every namespace and lease key, invalidations going to ``on_push``; with its client id.
+
+        Why here: the prefixes tracked are key families of this store. ``timeout_s`` replaces a
+        socket timeout of None, so a frozen server ends in an error, not a read that blocks
+        forever.
+        """
+        pool = self.r.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        kwargs["protocol"] = 3
+        kwargs["health_check_interval"] = 0  # the caller's own PINGs are the health check
+        for k in ("socket_timeout", "socket_connect_timeout"):
+            if k in kwargs and kwargs[k] is None:
+                kwargs[k] = timeout_s
+        conn = pool.connection_class(**kwargs)
+        conn.connect()
+        conn._parser.set_invalidation_push_handler(on_push)
+        conn.send_command("CLIENT", "ID")
+        client_id = int(conn.read_response())
+        conn.send_command(
+            "CLIENT", "TRACKING", "ON", "BCAST",
+            "PREFIX", self.keys.ns_prefix(), "PREFIX", self.keys.lease_prefix(),
+        )  # fmt: skip
+        conn.read_response()
+        return conn, client_id
+
+    def close(self) -> None:
+        """Close the connection pool of this store's client."""
+        self.r.close()
+
+    # -- the other key families over the same connection -------------------------------------
+    @functools.cached_property
+    def outcomes(self) -> OutcomeLog:
+        return OutcomeLog(self.r, self.p)
+
+    @functools.cached_property
+    def outbox(self) -> EventOutbox:
+        return EventOutbox(self.r, self.p)
+
+    @functools.cached_property
+    def load_snapshot(self) -> LoadSnapshot:
+        return LoadSnapshot(self.r, self.p)
+
+    @functools.cached_property
+    def preallocations(self) -> Preallocations:
+        return Preallocations(self.r, self.p)
+
+    @functools.cached_property
+    def recovery_state(self) -> RecoveryState:
+        return RecoveryState(self.r, self.p)
 
 
 def _live_lease(bundle: str, raw: Sequence[Any], now_ms: int) -> Lease | None:
@@ -682,7 +783,3 @@ def _live_lease(bundle: str, raw: Sequence[Any], now_ms: int) -> Lease | None:
     if raw[0] is None or int(raw[2]) <= now_ms:
         return None
     return Lease(bundle, raw[0].decode(), int(raw[1]), int(raw[2]))
-
-
-def _csv(bounds: Sequence[int]) -> str:
-    return ",".join(f"0x{b:08x}" for b in bounds)

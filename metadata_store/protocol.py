@@ -38,8 +38,10 @@ Errors follow ``loadbalance.errors``: ``InvalidInput`` (unknown namespace, a bun
 current, bad boundaries, a bad name; ``BrokerNotAlive`` and ``InvalidBundle`` are subclasses),
 ``Conflict`` (someone else holds it, or a compare-and-set lost).
 
-Not part of this interface: the load snapshot the streaming job writes, preallocations and the
-applier's outcome log. Those are Redis-only records that the Redis-backed code reads directly.
+Not part of this interface: the load snapshot the streaming job writes, preallocations, the
+applier's outcome log, the event outbox and the recovery records. Those are Redis-only key
+families, each with its own repository in this package (``metadata_store.keys`` lists them),
+reached from a ``RedisStore``.
 """
 
 from __future__ import annotations

@@ -322,7 +322,7 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
         return 1
     finally:
         publisher.close()
-        store.r.close()
+        store.close()
     print(
         f"lbctl simulate: {scenario.name} stopped after {done} cycles "
         f"({time.monotonic() - t0:.1f} s wall, virtual {done * scenario.tick_ms // 1000} s)",

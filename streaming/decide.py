@@ -8,9 +8,9 @@ Per micro-batch, on the driver:
    reported or went away) to the driver's ``DriverView``, seeded from the Redis snapshot at
    start-up;
 3. write the changed shard blobs and broker documents, the clock and the batch id to Redis in
-   one transaction (``streaming.sinks.RedisProgress.commit``); when split or shedding is due at
-   the batch's clock, the batch's namespaces are recorded first (``P:stream:pending``) and the
-   commit says ``cycle_pending``;
+   one transaction (``metadata_store.progress.RedisProgress.commit``); when split or shedding
+   is due at the batch's clock, the batch's namespaces are recorded first
+   (``P:stream:pending``) and the commit says ``cycle_pending``;
 4. a pending cycle then runs ``loadbalance.cycle.step`` over the view just committed, with
    ``cycle = str(batch_id)`` and ``now_ms`` = the newest Kafka timestamp seen so far (never the
    wall clock), publishes every decision with ``encode_decision``, keyed by bundle (the view
@@ -60,9 +60,10 @@ from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
 from loadbalance.shedding.registry import make_shedder
 from loadbalance.values import DecisionReason, SkipReason
+from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
 from streaming.driver_view import DriverView, gc_paused, lower_thread_priority
 from streaming.schema import BROKER, BROKER_GONE, DEAD
-from streaming.sinks import KafkaSink, MemoryProgress, Progress, RedisProgress
+from streaming.sinks import CYCLE_STATE_CODEC, KafkaSink
 
 log = logging.getLogger("streaming.decide")
 
@@ -258,7 +259,7 @@ class DecisionStage:
     seed: int = 0
     on_batch: Callable[[BatchStats], None] | None = None
     background_cycles: bool = False
-    _progress_store: RedisProgress | None = field(default=None, init=False)
+    _progress_store: ProgressStore | None = field(default=None, init=False)
     _progress: Progress | None = field(default=None, init=False)
     _view: DriverView | None = field(default=None, init=False)
     _metrics: StreamMetrics | None = field(default=None, init=False)
@@ -275,6 +276,7 @@ class DecisionStage:
                 RedisProgress.from_url(
                     self.redis_url,
                     self.config.redis_key_prefix,
+                    codec=CYCLE_STATE_CODEC,
                     **self.config.redis_client_kwargs(),
                 )
                 if self.redis_url

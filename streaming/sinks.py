@@ -7,18 +7,11 @@ Why these shapes:
   which fails the batch before it is marked complete, so Spark retries it and nothing is lost.
   The failed producer purges what it still holds, so only a request the broker already had can
   give a second copy (same id, same content).
-* ``RedisProgress`` writes, in ONE ``MULTI`` transaction, the changed part of the load snapshot,
-  the cross-cycle ``CycleState``, the job's event-time clock and the id of the completed batch.
-  The view, the policy state and the batch id therefore always agree, which is what makes a
-  replayed batch exact (see ``streaming.decide``). ``CycleState`` holds frozen dataclasses and
-  read-only mappings of the policy modules; it is stored pickled (base64): internal state,
-  written and read only by this job, never by anything a user can reach.
-
-Keys (prefix ``P``): ``P:load:brokers`` and ``P:load:shards`` (the snapshot, layout in
-``streaming.driver_view`` and ``streaming.snapshot_docs``), ``P:stream:progress`` (hash
-``batch``, ``now_ms``, ``cycle_state``, ``cycle_pending``) and ``P:stream:pending`` (hash
-``batch``, ``namespaces``: the namespaces a batch's policy cycle reads, kept until that cycle's
-decisions are published, so a replay of the cycle reads the same ones).
+* The cross-cycle ``CycleState`` goes to Redis with the job's progress
+  (``metadata_store.progress.RedisProgress``) through ``CYCLE_STATE_CODEC``. It holds frozen
+  dataclasses and read-only mappings of the policy modules and is stored pickled (base64):
+  internal state, written and read only by this job, never by anything a user can reach.
+  Unpickling names ``streaming.sinks.read_only``, so that helper stays here.
 """
 
 from __future__ import annotations
@@ -26,17 +19,13 @@ from __future__ import annotations
 import base64
 import copyreg
 import io
-import json
 import pickle
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from loadbalance.bundles import NamespaceBundles
 from loadbalance.cycle import CycleState
 from loadbalance.errors import Transient
-from streaming.snapshot_docs import shards_key
 
 
 class KafkaSink:
@@ -116,154 +105,14 @@ def load_cycle_state(text: str | bytes) -> CycleState:
     return pickle.loads(base64.b64decode(text))
 
 
-@dataclass
-class Progress:
-    """The last completed batch, the job's event-time clock, and the policy state.
+class _PickleCodec:
+    """The ``CycleStateCodec`` the job stores its cycle state with (``metadata_store.progress``)."""
 
-    ``cycle_pending``: the batch's view is committed but the policy cycle it made due has not
-    published its decisions yet (``streaming.decide`` runs it after the commit, inside the
-    batch or beside the next one). Whoever reads such a progress first completes that cycle,
-    over the view committed with the batch, before anything else.
-    """
+    def dump(self, state: CycleState) -> str:
+        return dump_cycle_state(state)
 
-    batch: int = -1
-    now_ms: int = 0
-    cycle_state: CycleState = field(default_factory=CycleState)
-    cycle_pending: bool = False
+    def load(self, text: str | bytes) -> CycleState:
+        return load_cycle_state(text)
 
 
-def namespaces_to_json(namespaces: Mapping[str, NamespaceBundles]) -> str:
-    return json.dumps({ns: list(nb.boundaries) for ns, nb in sorted(namespaces.items())})
-
-
-def namespaces_from_json(text: str | bytes) -> dict[str, NamespaceBundles]:
-    return {ns: NamespaceBundles(ns, tuple(b)) for ns, b in json.loads(text).items()}
-
-
-class RedisProgress:
-    """The job's durable progress and the load snapshot, in Redis."""
-
-    def __init__(self, client: Any, prefix: str) -> None:
-        self.r = client
-        self.p = prefix
-
-    @classmethod
-    def from_url(cls, url: str, prefix: str, **kwargs: Any) -> RedisProgress:
-        """``kwargs`` go to redis-py beside the URL (ACL user, password, TLS files)."""
-        import redis
-
-        return cls(redis.Redis.from_url(url, **kwargs), prefix)
-
-    def read(self) -> Progress:
-        doc = self.r.hgetall(f"{self.p}:stream:progress")
-        if not doc:
-            return Progress()
-        return Progress(
-            int(doc[b"batch"]),
-            int(doc[b"now_ms"]),
-            load_cycle_state(doc[b"cycle_state"]),
-            doc.get(b"cycle_pending", b"0") == b"1",  # absent in snapshots of older versions
-        )
-
-    def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        def read(key: str) -> dict[str, bytes]:
-            return {k.decode(): v for k, v in self.r.hgetall(key).items()}
-
-        return read(f"{self.p}:load:brokers"), read(shards_key(self.p))
-
-    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
-        doc = self.r.hgetall(f"{self.p}:stream:pending")
-        if doc and int(doc[b"batch"]) == batch:
-            return namespaces_from_json(doc[b"namespaces"])
-        return None
-
-    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None:
-        self.r.hset(
-            f"{self.p}:stream:pending",
-            mapping={"batch": batch, "namespaces": namespaces_to_json(namespaces)},
-        )
-
-    def read_namespaces(self) -> dict[str, NamespaceBundles]:
-        """Current boundaries, read through the controller's store (one layout, one reader)."""
-        from metadata_store.ownership_redis import RedisStore
-
-        store = RedisStore(self.r, self.p)
-        out: dict[str, NamespaceBundles] = {}
-        for ns in store.list_namespaces():
-            nb = store.get_namespace(ns)
-            if nb is not None:
-                out[ns] = nb
-        return out
-
-    def commit(
-        self,
-        progress: Progress,
-        brokers: Mapping[str, str],
-        removed_brokers: Iterable[str],
-        shards: Mapping[str, bytes],
-        removed_shards: Iterable[str],
-    ) -> None:
-        """Snapshot changes and progress, atomically; the pending record (the namespaces the
-        batch's cycle reads) ends here unless that cycle is still to run."""
-        pipe = self.r.pipeline(transaction=True)
-        bkey, skey = f"{self.p}:load:brokers", shards_key(self.p)
-        gone = list(removed_brokers)
-        if gone:
-            pipe.hdel(bkey, *gone)
-        if brokers:
-            pipe.hset(bkey, mapping=dict(brokers))
-        gone = list(removed_shards)
-        if gone:
-            pipe.hdel(skey, *gone)
-        if shards:
-            pipe.hset(skey, mapping=dict(shards))
-        self._write_progress(pipe, progress)
-        pipe.execute()
-
-    def commit_cycle(self, progress: Progress) -> None:
-        """A pending cycle's outcome (its ``CycleState``, ``cycle_pending`` off) and the end of
-        the pending record, atomically; the snapshot is the one its batch committed."""
-        pipe = self.r.pipeline(transaction=True)
-        self._write_progress(pipe, progress)
-        pipe.execute()
-
-    def _write_progress(self, pipe: Any, progress: Progress) -> None:
-        pipe.hset(
-            f"{self.p}:stream:progress",
-            mapping={
-                "batch": progress.batch,
-                "now_ms": progress.now_ms,
-                "cycle_state": dump_cycle_state(progress.cycle_state),
-                "cycle_pending": int(progress.cycle_pending),
-            },
-        )
-        if not progress.cycle_pending:
-            pipe.delete(f"{self.p}:stream:pending")
-
-
-class MemoryProgress(RedisProgress):
-    """Progress kept in this process only (no Redis given): not crash-safe, for local runs."""
-
-    def __init__(self) -> None:
-        self._progress = Progress()
-
-    def read(self) -> Progress:
-        return self._progress
-
-    def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        return {}, {}
-
-    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
-        return None
-
-    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None:
-        pass
-
-    def read_namespaces(self) -> dict[str, NamespaceBundles]:
-        return {}
-
-    def commit(self, progress: Progress, *_args: Any) -> None:
-        self._progress = progress
-
-    def commit_cycle(self, progress: Progress) -> None:
-        self._progress = progress
+CYCLE_STATE_CODEC = _PickleCodec()

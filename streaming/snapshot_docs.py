@@ -29,16 +29,11 @@ from typing import Any
 
 # The report's NamespaceBundleStats field names; TimeAverageMessageData uses the same four.
 from loadbalance.report_columns import COUNT_FIELDS, VALUE_FIELDS
+from metadata_store.load_snapshot import LoadSnapshot
 from streaming.schema import SHARD_PREFIX
 from streaming.shard_state import ShardState, shard_of
 
-SHARDS_FIELD = "load:shards"
 DEFAULT_DOC_SHARDS = 32
-
-
-def shards_key(prefix: str) -> str:
-    """The Redis hash of shard blobs under key prefix ``prefix``."""
-    return f"{prefix}:{SHARDS_FIELD}"
 
 
 def shard_docs(state: ShardState) -> dict[str, dict[str, Any]]:
@@ -80,9 +75,9 @@ def docs_from_blobs(blobs: Iterable[bytes]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def read_bundle_docs(client: Any, prefix: str) -> dict[str, dict[str, Any]]:
-    """bundle -> document, from the snapshot in Redis (``client`` is a redis-py client)."""
-    return docs_from_blobs(client.hgetall(shards_key(prefix)).values())
+def read_bundle_docs(snapshot: LoadSnapshot) -> dict[str, dict[str, Any]]:
+    """bundle -> document, from the snapshot in Redis."""
+    return docs_from_blobs(snapshot.shard_blobs().values())
 
 
 def blobs_from_docs(

@@ -22,6 +22,7 @@ from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, decode_decision
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.report_codec import encode_report
 from loadbalance.view import LoadState, ingest_many
+from metadata_store.load_snapshot import LoadSnapshot
 from metadata_store.ownership_redis import RedisStore
 from streaming.decide import BatchStats
 from streaming.job import StreamSettings, start_query
@@ -131,7 +132,7 @@ def _records(reports: list[LocalBrokerData], ts: int) -> list[tuple[bytes, bytes
 
 
 def _snapshot_bundles(r: redis.Redis, prefix: str) -> dict[str, dict]:
-    return read_bundle_docs(r, prefix)
+    return read_bundle_docs(LoadSnapshot(r, prefix))
 
 
 def _close(a: float, b: float) -> bool:

@@ -22,7 +22,7 @@ from controller.events import OwnershipEvent, encode_event
 from controller.recovery import AutoRecovery, last_report, recover, scan_events, summary
 from loadbalance.errors import InvalidInput
 from metadata_store.ownership_redis import RedisStore
-from streaming.snapshot_docs import blobs_from_docs, shards_key
+from streaming.snapshot_docs import blobs_from_docs
 from tests.reliability.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def _lose_and_prepare(store: RedisStore) -> None:
     for b in ("b1", "b2"):
         store.register_broker(b, NOW_MS, TTL_MS)
     docs = {B0: {"broker": "b2"}, B1: {"broker": "b1"}}
-    store.r.hset(shards_key(store.p), mapping=blobs_from_docs(docs))
+    store.r.hset(store.keys.load_shards(), mapping=blobs_from_docs(docs))
 
 
 @pytest.mark.parametrize("case", sorted(BAD_RECORDS))

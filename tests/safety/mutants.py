@@ -3,8 +3,8 @@
 Why: a safety test proves something only if it fails when the guard it protects is gone. Each
 mutant is an exact-text replacement (file, a snippet that must occur exactly once, its
 replacement) that removes or weakens one guard of ``metadata_store.ownership_redis`` (the Lua
-scripts and their Python pre-checks), ``metadata_store.ownership_memory`` or
-``controller.recovery``.
+scripts and their Python pre-checks), ``metadata_store.ownership_memory``,
+``metadata_store.recovery_state`` (the fence floor) or ``controller.recovery``.
 ``tests.safety.run_mutants`` applies each one to a copy of the repository and runs the tests
 named here; a mutant that no test kills is a guard nothing protects.
 
@@ -28,6 +28,7 @@ from pathlib import Path
 REDIS = "metadata_store/ownership_redis.py"
 MEMORY = "metadata_store/ownership_memory.py"
 RECOVERY = "controller/recovery.py"
+RECOVERY_STATE = "metadata_store/recovery_state.py"
 
 CONTRACT = "tests/integration/test_store_contract.py"
 GUARDS = "tests/safety/test_guards.py"
@@ -349,7 +350,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "recovery.fence_floor",
         "recovery raises the fence counter to the token floor before granting",
-        RECOVERY,
+        RECOVERY_STATE,
         "\"if tonumber(raw) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end \"",
         "\"if false then redis.call('SET', KEYS[1], ARGV[1]) end \"",
         (),  # no existing test kills it

@@ -56,7 +56,7 @@ _PREFLIGHT = """
 import sys
 from pathlib import Path
 import redis
-import metadata_store.ownership_memory, controller.recovery
+import metadata_store.ownership_memory, metadata_store.recovery_state, controller.recovery
 import metadata_store.ownership_redis as m
 where = Path(m.__file__).resolve()
 print(where)

@@ -1,0 +1,142 @@
+"""Every Redis key family of the system, in one table, and the one place their names are built.
+
+All keys live under one prefix ``P`` (``redisKeyPrefix``, default ``lb``), so one Redis can hold
+several clusters side by side. Each family has one owner, a repository of this package; nothing
+outside ``metadata_store`` builds a key (``tests/unit/test_keyspace_ownership.py`` checks).
+
+=======================  ======  =======================================  ====================
+key                      type    fields / format                          repository
+=======================  ======  =======================================  ====================
+``P:namespaces``         set     namespace names                          ``RedisStore``
+``P:ns:<tenant/ns>``     hash    ``boundaries`` (comma-separated          ``RedisStore``,
+                                 ``0x%08x``), ``version``                 ``RecoveryState``
+``P:lease:<bundle>``     hash    ``broker``, ``token``, ``expires`` (ms)  ``RedisStore``
+``P:owned:<broker>``     set     bundles the broker holds leases on       ``RedisStore``
+``P:fence``              string  fencing-token counter, only grows        ``RedisStore``,
+                                                                          ``RecoveryState``
+``P:broker:<id>``        hash    ``heartbeat``, ``expires`` (ms),         ``RedisStore``
+                                 ``info`` (JSON)
+``P:brokers``            set     registered broker ids                    ``RedisStore``
+``P:epoch``              string  id of this dataset (hex), set with the   ``RedisStore``,
+                                 first namespace; absent: data lost       ``RecoveryState``
+``P:outcomes``           hash    decision id (or ``record:<t>/<p>/<o>``)  ``OutcomeLog``
+                                 -> JSON ``{outcome, reason, kind,
+                                 bundle, atMs}``
+``P:outcome-stream``     stream  ``id outcome reason kind bundle atMs     ``OutcomeLog``
+                                 decisionReason source destination``
+                                 (+ ``race``); capped near 100,000
+``P:event-outbox``       hash    decision id -> JSON ``{bundle: [broker,  ``EventOutbox``
+                                 token, expiresMs] | null}``
+``P:prealloc:<broker>``  hash    bundle -> JSON ``{shortTerm, longTerm,   ``Preallocations``
+                                 topics}``
+``P:recovery:last``      string  JSON ``RecoveryReport`` (last rebuild)   ``RecoveryState``
+``P:recovery-log``       stream  ``report`` (JSON); capped near 1,000     ``RecoveryState``
+``P:load:brokers``       hash    broker -> JSON ``{report, historyUsage,  ``LoadSnapshot``
+                                 msgThroughputEma, updatedAtMs}``
+``P:load:shards``        hash    state shard ``s:<n>`` -> ``LBS1`` blob   ``LoadSnapshot``
+                                 of that shard's bundle averages
+``P:stream:progress``    hash    ``batch``, ``now_ms``, ``cycle_state``   ``RedisProgress``
+                                 (pickled ``CycleState``, base64),
+                                 ``cycle_pending`` (0/1)
+``P:stream:pending``     hash    ``batch``, ``namespaces`` (JSON          ``RedisProgress``
+                                 ``{ns: [boundary, ...]}``)
+=======================  ======  =======================================  ====================
+
+Repositories: ``RedisStore`` (``ownership_redis``, the ``OwnershipStore`` of
+``protocol``), ``OutcomeLog`` (``outcomes``), ``EventOutbox`` (``outbox``),
+``Preallocations`` (``placement_state``), ``RecoveryState`` (``recovery_state``),
+``LoadSnapshot`` (``load_snapshot``, written by the streaming job through
+``RedisProgress.commit``), ``RedisProgress`` (``progress``). The layouts of the
+``LBS1`` blob and of the broker documents are ``streaming.snapshot_docs`` and
+``streaming.driver_view``.
+
+The ownership Lua scripts name two families from inside Redis, where a key cannot be passed in
+advance: ``P:owned:<broker>`` (the holder read from a lease) and ``P:broker:<id>`` (the live
+check of every registered broker). They build them from the prefix exactly as ``owned`` and
+``broker`` below do.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Keys"]
+
+
+class Keys:
+    """The names of every key family under one prefix; one method per family (table above)."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str = "lb") -> None:
+        self.prefix = prefix
+
+    def __repr__(self) -> str:
+        return f"Keys({self.prefix!r})"
+
+    def _k(self, name: str) -> str:
+        return f"{self.prefix}:{name}"
+
+    # -- ownership ---------------------------------------------------------------------------
+    def namespaces(self) -> str:
+        return self._k("namespaces")
+
+    def ns(self, namespace: str) -> str:
+        return self._k(f"ns:{namespace}")
+
+    def ns_prefix(self) -> str:
+        """What every ``ns`` key starts with (client-side-caching prefixes, scans)."""
+        return self._k("ns:")
+
+    def lease(self, bundle: str) -> str:
+        """``bundle`` must be the canonical name (``metadata_store.leases.canonical_bundle``)."""
+        return self._k(f"lease:{bundle}")
+
+    def lease_prefix(self) -> str:
+        """What every ``lease`` key starts with (the expiry sweep's scan, cache invalidation)."""
+        return self._k("lease:")
+
+    def owned(self, broker: str) -> str:
+        return self._k(f"owned:{broker}")
+
+    def fence(self) -> str:
+        return self._k("fence")
+
+    def broker(self, broker: str) -> str:
+        return self._k(f"broker:{broker}")
+
+    def brokers(self) -> str:
+        return self._k("brokers")
+
+    def epoch(self) -> str:
+        return self._k("epoch")
+
+    # -- controller --------------------------------------------------------------------------
+    def outcomes(self) -> str:
+        return self._k("outcomes")
+
+    def outcome_stream(self) -> str:
+        return self._k("outcome-stream")
+
+    def event_outbox(self) -> str:
+        return self._k("event-outbox")
+
+    def prealloc(self, broker: str) -> str:
+        return self._k(f"prealloc:{broker}")
+
+    def recovery_last(self) -> str:
+        return self._k("recovery:last")
+
+    def recovery_log(self) -> str:
+        return self._k("recovery-log")
+
+    # -- streaming job -----------------------------------------------------------------------
+    def load_brokers(self) -> str:
+        return self._k("load:brokers")
+
+    def load_shards(self) -> str:
+        return self._k("load:shards")
+
+    def stream_progress(self) -> str:
+        return self._k("stream:progress")
+
+    def stream_pending(self) -> str:
+        return self._k("stream:pending")

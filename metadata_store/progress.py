@@ -1,0 +1,244 @@
+"""The streaming job's durable progress: ``P:stream:progress`` (the last completed batch, the
+job's event-time clock and the policy cycle's state) and ``P:stream:pending`` (the namespaces a
+batch's policy cycle reads, kept until that cycle's decisions are published, so a replay of the
+cycle reads the same ones); formats in ``metadata_store.keys``.
+
+``RedisProgress.commit`` writes, in ONE ``MULTI`` transaction, the changed part of the load
+snapshot (``metadata_store.load_snapshot``), the cross-cycle ``CycleState``, the clock and the
+id of the completed batch, so the view, the policy state and the batch id always agree, which is
+what makes a replayed batch exact (``streaming.decide``).
+
+The cycle state is stored as text that the job's codec makes (``CycleStateCodec``; the streaming
+job passes its own): this repository moves it, the job decides its format. Readers that only
+want the batch id or the clock (``lbctl health``, ``lbctl monitor``) need no codec.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from loadbalance.bundles import NamespaceBundles
+from loadbalance.cycle import CycleState
+from metadata_store.keys import Keys
+from metadata_store.load_snapshot import LoadSnapshot
+from metadata_store.ownership_redis import RedisStore
+
+__all__ = [
+    "CycleStateCodec",
+    "MemoryProgress",
+    "Progress",
+    "ProgressStore",
+    "RedisProgress",
+    "namespaces_from_json",
+    "namespaces_to_json",
+]
+
+
+class CycleStateCodec(Protocol):
+    """How the policy cycle's state becomes the ``cycle_state`` field and back."""
+
+    def dump(self, state: CycleState) -> str: ...
+
+    def load(self, text: str | bytes) -> CycleState: ...
+
+
+@dataclass
+class Progress:
+    """The last completed batch, the job's event-time clock, and the policy state.
+
+    ``cycle_pending``: the batch's view is committed but the policy cycle it made due has not
+    published its decisions yet (``streaming.decide`` runs it after the commit, inside the
+    batch or beside the next one). Whoever reads such a progress first completes that cycle,
+    over the view committed with the batch, before anything else.
+    """
+
+    batch: int = -1
+    now_ms: int = 0
+    cycle_state: CycleState = field(default_factory=CycleState)
+    cycle_pending: bool = False
+
+
+def namespaces_to_json(namespaces: Mapping[str, NamespaceBundles]) -> str:
+    return json.dumps({ns: list(nb.boundaries) for ns, nb in sorted(namespaces.items())})
+
+
+def namespaces_from_json(text: str | bytes) -> dict[str, NamespaceBundles]:
+    return {ns: NamespaceBundles(ns, tuple(b)) for ns, b in json.loads(text).items()}
+
+
+class ProgressStore(Protocol):
+    """What the streaming job asks of its progress store (Redis, or memory for local runs)."""
+
+    def read(self) -> Progress: ...
+
+    def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]: ...
+
+    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None: ...
+
+    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None: ...
+
+    def read_namespaces(self) -> dict[str, NamespaceBundles]: ...
+
+    def commit(
+        self,
+        progress: Progress,
+        brokers: Mapping[str, str],
+        removed_brokers: Iterable[str],
+        shards: Mapping[str, bytes],
+        removed_shards: Iterable[str],
+    ) -> None: ...
+
+    def commit_cycle(self, progress: Progress) -> None: ...
+
+
+class RedisProgress:
+    """The job's durable progress and the load snapshot, in Redis."""
+
+    def __init__(self, client: Any, prefix: str, *, codec: CycleStateCodec | None = None) -> None:
+        self._r = client
+        self._prefix = prefix
+        self._keys = Keys(prefix)
+        self._codec = codec
+        self.snapshot = LoadSnapshot(client, prefix)
+
+    @classmethod
+    def from_url(
+        cls, url: str, prefix: str, *, codec: CycleStateCodec | None = None, **kwargs: Any
+    ) -> RedisProgress:
+        """``kwargs`` go to redis-py beside the URL (ACL user, password, TLS files)."""
+        import redis
+
+        return cls(redis.Redis.from_url(url, **kwargs), prefix, codec=codec)
+
+    def _need_codec(self) -> CycleStateCodec:
+        if self._codec is None:
+            raise ValueError("this RedisProgress was made without a cycle-state codec")
+        return self._codec
+
+    def close(self) -> None:
+        self._r.close()
+
+    # -- what readers other than the job use -------------------------------------------------
+    def last_batch(self) -> int | None:
+        """The last committed batch id, or None before the first commit."""
+        raw = self._r.hget(self._keys.stream_progress(), "batch")
+        return None if raw is None else int(raw)
+
+    def batch_and_clock(self) -> tuple[int | None, int | None]:
+        """(last committed batch id, the job's event-time clock in ms); None where absent."""
+        batch, now_ms = self._r.hmget(self._keys.stream_progress(), "batch", "now_ms")
+        return (
+            int(batch) if batch is not None else None,
+            int(now_ms) if now_ms is not None else None,
+        )
+
+    def forget(self) -> bool:
+        """Drop the progress and the pending record (a new checkpoint starts from nothing);
+        True if there was any."""
+        return bool(self._r.delete(self._keys.stream_progress(), self._keys.stream_pending()))
+
+    # -- the job -----------------------------------------------------------------------------
+    def read(self) -> Progress:
+        doc = self._r.hgetall(self._keys.stream_progress())
+        if not doc:
+            return Progress()
+        return Progress(
+            int(doc[b"batch"]),
+            int(doc[b"now_ms"]),
+            self._need_codec().load(doc[b"cycle_state"]),
+            doc.get(b"cycle_pending", b"0") == b"1",  # absent in snapshots of older versions
+        )
+
+    def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        """(broker -> JSON document, state shard -> blob), as the last batch committed them."""
+        return self.snapshot.broker_docs_raw(), self.snapshot.shard_blobs()
+
+    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
+        doc = self._r.hgetall(self._keys.stream_pending())
+        if doc and int(doc[b"batch"]) == batch:
+            return namespaces_from_json(doc[b"namespaces"])
+        return None
+
+    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None:
+        self._r.hset(
+            self._keys.stream_pending(),
+            mapping={"batch": batch, "namespaces": namespaces_to_json(namespaces)},
+        )
+
+    def read_namespaces(self) -> dict[str, NamespaceBundles]:
+        """Current boundaries, read through the ownership store (one layout, one reader)."""
+        store = RedisStore(self._r, self._prefix)
+        out: dict[str, NamespaceBundles] = {}
+        for ns in store.list_namespaces():
+            nb = store.get_namespace(ns)
+            if nb is not None:
+                out[ns] = nb
+        return out
+
+    def commit(
+        self,
+        progress: Progress,
+        brokers: Mapping[str, str],
+        removed_brokers: Iterable[str],
+        shards: Mapping[str, bytes],
+        removed_shards: Iterable[str],
+    ) -> None:
+        """Snapshot changes and progress, atomically; the pending record (the namespaces the
+        batch's cycle reads) ends here unless that cycle is still to run."""
+        state = self._need_codec().dump(progress.cycle_state)
+        pipe = self._r.pipeline(transaction=True)
+        self.snapshot.stage_changes(pipe, brokers, removed_brokers, shards, removed_shards)
+        self._write_progress(pipe, progress, state)
+        pipe.execute()
+
+    def commit_cycle(self, progress: Progress) -> None:
+        """A pending cycle's outcome (its ``CycleState``, ``cycle_pending`` off) and the end of
+        the pending record, atomically; the snapshot is the one its batch committed."""
+        state = self._need_codec().dump(progress.cycle_state)
+        pipe = self._r.pipeline(transaction=True)
+        self._write_progress(pipe, progress, state)
+        pipe.execute()
+
+    def _write_progress(self, pipe: Any, progress: Progress, state: str) -> None:
+        pipe.hset(
+            self._keys.stream_progress(),
+            mapping={
+                "batch": progress.batch,
+                "now_ms": progress.now_ms,
+                "cycle_state": state,
+                "cycle_pending": int(progress.cycle_pending),
+            },
+        )
+        if not progress.cycle_pending:
+            pipe.delete(self._keys.stream_pending())
+
+
+class MemoryProgress:
+    """Progress kept in this process only (no Redis given): not crash-safe, for local runs."""
+
+    def __init__(self) -> None:
+        self._progress = Progress()
+
+    def read(self) -> Progress:
+        return self._progress
+
+    def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        return {}, {}
+
+    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
+        return None
+
+    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None:
+        pass
+
+    def read_namespaces(self) -> dict[str, NamespaceBundles]:
+        return {}
+
+    def commit(self, progress: Progress, *_args: Any) -> None:
+        self._progress = progress
+
+    def commit_cycle(self, progress: Progress) -> None:
+        self._progress = progress
