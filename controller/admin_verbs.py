@@ -27,19 +27,24 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from controller.events import ASSIGNED, SPLIT, EventPublisher, OwnershipEvent
+from controller.loop import apply_with_events
+from loadbalance.bundles import NamespaceBundles, parse_bundle
+from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
 from loadbalance.errors import Conflict, InvalidInput, LoadBalancerError
-from loadbalance.split_algorithms import ALL_ALGORITHMS, SPECIFIED_POSITIONS_DIVIDE
+from loadbalance.split_algorithms import (
+    ALL_ALGORITHMS,
+    SPECIFIED_POSITIONS_DIVIDE,
+    split_boundaries,
+)
 from loadbalance.values import DecisionReason, OutcomeKind
-
-if TYPE_CHECKING:
-    from controller.events import OwnershipEvent
-    from loadbalance.bundles import NamespaceBundles
-    from loadbalance.config import LoadBalancerConfig
-    from metadata_store.ownership_redis import RedisStore
-    from metadata_store.protocol import OwnershipStore
+from metadata_store.leases import BrokerNotAlive
+from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import OwnershipStore
+from streaming.snapshot_docs import read_bundle_docs
 
 Rows = list[dict[str, Any]]
 BUNDLE_TYPES = ("LARGEST", "HOT")
@@ -80,7 +85,6 @@ def publish(
     bootstrap = getattr(args, "bootstrap_servers", None) or config.kafka_bootstrap_servers
     if not events or getattr(args, "no_events", False) or not bootstrap:
         return None
-    from controller.events import EventPublisher
 
     client_config = kafka_client_config(config, bootstrap)
     client_config.pop("bootstrap.servers")
@@ -100,7 +104,6 @@ def bundle_name(store: OwnershipStore, ns: str, rng: str) -> str:
     """The canonical name of bundle ``rng`` of ``ns`` as an operator typed it (either hex case,
     as Pulsar's admin tools accept); refused, naming the field, unless it is a current bundle.
     Why canonical: the name is the lease key, so ``0xC0000000`` must reach ``0xc0000000``'s."""
-    from loadbalance.bundles import parse_bundle
 
     nb = require_namespace(store, ns)
     name = parse_bundle(f"{ns}/{rng.strip()}").name
@@ -222,7 +225,6 @@ def add_split_arguments(p: argparse.ArgumentParser, *, unload_by_default: bool =
 def pick_bundle(store: RedisStore, ns: str, bundle_type: str) -> str:
     """Pulsar's ``BundleType``: the current bundle with the most topics (LARGEST) or the
     highest long-term throughput among bundles with topics (HOT), from the load snapshot."""
-    from streaming.snapshot_docs import read_bundle_docs
 
     nb = require_namespace(store, ns)
     docs = read_bundle_docs(store.load_snapshot)
@@ -249,11 +251,6 @@ def pick_bundle(store: RedisStore, ns: str, bundle_type: str) -> str:
 
 
 def split(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig) -> Rows:
-    from controller.events import ASSIGNED, SPLIT, OwnershipEvent
-    from loadbalance.bundles import parse_bundle
-    from loadbalance.split_algorithms import split_boundaries
-    from metadata_store.leases import BrokerNotAlive
-
     algo = args.split_algorithm_name or config.default_namespace_bundle_split_algorithm
     positions = sorted({p for group in args.split_boundaries for p in group})
     if positions and algo != SPECIFIED_POSITIONS_DIVIDE:
@@ -347,8 +344,6 @@ def add_unload_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def unload(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig) -> Rows:
-    from controller.loop import apply_with_events
-
     dest = args.destination_broker
     for scheme in _URL_SCHEMES:
         if dest and dest.startswith(scheme):
@@ -431,7 +426,6 @@ def add_load_report_arguments(p: argparse.ArgumentParser) -> None:
 def stored_report(store: RedisStore, broker: str | None) -> tuple[str, dict[str, Any]]:
     """The broker's last report as the streaming job stored it, with its ``lastStats`` put
     back from the bundle state (the last sample of each reported bundle this broker sent)."""
-    from streaming.snapshot_docs import read_bundle_docs
 
     raw = store.load_snapshot.broker_docs_raw()
     if broker is None:

@@ -36,18 +36,25 @@ boundaries for the ones it saw. Time is an argument (``now_ms``), as everywhere 
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from redis.exceptions import ResponseError
 
 from controller.events import ASSIGNED, MAX_TOKEN, InvalidEvent, OwnershipEvent, decode_event
+from infra.config_loading import add_config_arguments, load_from_args
+from infra.offsets import latest_offsets
+from infra.topics import kafka_client_config
 from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
+from loadbalance.config import ConfigError
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from metadata_store.leases import BrokerNotAlive
 from metadata_store.ownership_redis import RedisStore
@@ -330,10 +337,6 @@ def scan_events(
     logged with its partition, offset and reason; nothing on the topic can make this raise
     anything but ``Transient``.
     """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    from infra.offsets import latest_offsets
-    from infra.topics import kafka_client_config
 
     ends = latest_offsets(bootstrap_servers, topic, client_config, timeout_s=timeout_s)
     left = {p: end for p, end in ends.items() if end > 0}
@@ -556,11 +559,6 @@ def main(argv: list[str] | None = None) -> int:
     status: 0 nothing lost or recovered, 1 a loss found with ``--check``, 2 bad usage. The
     report is printed as JSON.
     """
-    import argparse
-    import sys
-
-    from infra.config_loading import add_config_arguments, load_from_args
-    from loadbalance.config import ConfigError
 
     parser = argparse.ArgumentParser(prog="python -m controller.recovery", description=__doc__)
     parser.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")

@@ -66,10 +66,10 @@ def write_usage_png(
     if len(history) < 2:
         print(f"usage plot: fewer than 2 samples, no picture written to {path}", file=out)
         return None
-    try:
+    try:  # matplotlib: the optional 'plots' extra; without it a run ends without a picture
         import matplotlib
 
-        matplotlib.use("Agg")
+        matplotlib.use("Agg")  # before pyplot loads: no display here
         import matplotlib.pyplot as plt
     except ImportError:
         print(f"usage plot skipped: matplotlib is not installed ({INSTALL_HINT})", file=out)

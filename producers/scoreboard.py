@@ -336,7 +336,7 @@ def write_chart(scores: Sequence[Score], path: Path) -> None:
     matplotlib is the optional ``plots`` extra (one chart does not justify it as a core
     dependency), so it is imported here and its absence is named with the install command.
     """
-    try:
+    try:  # matplotlib: the optional 'plots' extra (see above)
         import matplotlib
     except ModuleNotFoundError as e:
         raise PlotsMissing(
@@ -344,7 +344,7 @@ def write_chart(scores: Sequence[Score], path: Path) -> None:
             "pip install 'pulsar-lb-stream[plots]' (scripts/bootstrap.sh installs it)"
         ) from e
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # before pyplot loads: no display here
     import matplotlib.pyplot as plt
 
     scenarios = list(dict.fromkeys(s.scenario for s in scores))
