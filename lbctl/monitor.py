@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from loadbalance.values import DecisionKind
+from loadbalance.values import DecisionKind, OutcomeKind
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
 
@@ -370,7 +370,7 @@ class Monitor:
                 self._last_id = entry_id
                 row = decision_row(fields)
                 self._outcomes[row.outcome] = self._outcomes.get(row.outcome, 0) + 1
-                if row.outcome == "applied":
+                if row.outcome == OutcomeKind.APPLIED:
                     self._applied[row.kind] = self._applied.get(row.kind, 0) + 1
                 new.append(row)
         self._recent.extend(new[-self._recent.maxlen :])

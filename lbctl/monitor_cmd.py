@@ -42,6 +42,7 @@ from lbctl.monitor import DECISION_KINDS, Monitor, Snapshot
 from lbctl.monitor_lag import LagProbe
 from lbctl.plots import UsageHistory, write_usage_png
 from loadbalance.config import ConfigError, redact_url
+from loadbalance.values import OutcomeKind
 
 WIDE_COLUMNS = 120  # from this terminal width on, every pulsar-perf column is shown
 
@@ -210,7 +211,7 @@ def record(history: Any, snap: Snapshot, t_s: float, start_ms: int) -> None:
     if snap.rows:
         history.sample(t_s, {r.broker: r.max_pct for r in snap.rows})
     for d in snap.new_decisions:
-        if d.outcome == "applied" and d.at_ms >= start_ms:
+        if d.outcome == OutcomeKind.APPLIED and d.at_ms >= start_ms:
             history.mark(max(0.0, (d.at_ms - start_ms) / 1000), d.kind)
 
 
@@ -233,7 +234,7 @@ def usage_text(s: Snapshot) -> str:
     applied = ", ".join(f"{k}s {s.applied.get(k, 0)}" for k in DECISION_KINDS[:3])
     if s.applied.get("merge"):
         applied += f", merges {s.applied['merge']}"
-    other = sum(v for k, v in s.outcomes.items() if k != "applied")
+    other = sum(v for k, v in s.outcomes.items() if k != OutcomeKind.APPLIED)
     if s.spread is None:
         spread = "usage: no reports yet"
     else:
@@ -332,7 +333,12 @@ def broker_table(s: Snapshot, title: str, *, wide: bool = False) -> Any:
     return table
 
 
-_OUTCOME_STYLE = {"applied": "green", "rejected": "red", "conflict": "red", "dry_run": "cyan"}
+_OUTCOME_STYLE = {
+    OutcomeKind.APPLIED: "green",
+    OutcomeKind.REJECTED: "red",
+    OutcomeKind.CONFLICT: "red",
+    OutcomeKind.DRY_RUN: "cyan",
+}
 
 
 def decisions_table(s: Snapshot) -> Any:
