@@ -19,16 +19,13 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import redis
 from confluent_kafka.admin import AdminClient
 
 from infra.process import free_port, log_tail, port_accepts, spawn, terminate
-
-if TYPE_CHECKING:
-    import redis
 
 __all__ = ["EmbeddedKafka", "EmbeddedRedis", "ServiceError", "free_port"]
 

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import redis
+
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.cycle import CycleState
 from metadata_store.keys import Keys
@@ -109,7 +111,6 @@ class RedisProgress:
         cls, url: str, prefix: str, *, codec: CycleStateCodec | None = None, **kwargs: Any
     ) -> RedisProgress:
         """``kwargs`` go to redis-py beside the URL (ACL user, password, TLS files)."""
-        import redis
 
         return cls(redis.Redis.from_url(url, **kwargs), prefix, codec=codec)
 

@@ -24,6 +24,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from confluent_kafka import Producer
+
+from infra.topics import kafka_client_config
 from loadbalance.cycle import CycleState
 from loadbalance.errors import Transient
 
@@ -32,10 +35,6 @@ class KafkaSink:
     """A producer for decisions and dead letters; ``flush`` raises if anything failed."""
 
     def __init__(self, bootstrap_servers: str, client_config: Mapping[str, Any] | None = None):
-        from confluent_kafka import Producer
-
-        from infra.topics import kafka_client_config
-
         conf = kafka_client_config(bootstrap_servers, client_config)
         conf.setdefault("linger.ms", 5)
         conf.setdefault("message.max.bytes", 4 * 1024 * 1024)
