@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.events import ASSIGNED, SPLIT, EventPublisher, OwnershipEvent
-from controller.loop import apply_with_events
+from controller.reconciler import apply_with_events
 from loadbalance.bundles import NamespaceBundles, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
