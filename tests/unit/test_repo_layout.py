@@ -27,7 +27,15 @@ import yaml
 from loadbalance.config import load_config, load_config_details
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("loadbalance", "lbctl", "streaming", "controller", "producers", "infra")
+PACKAGES = (
+    "loadbalance",
+    "lbctl",
+    "streaming",
+    "controller",
+    "producers",
+    "infra",
+    "metadata_store",
+)
 
 # Java versions Spark 4 runs on ("Spark runs on Java 17/21", spark.apache.org/docs), and the
 # OpenJDK majors each Debian release ships (packages.debian.org).
