@@ -50,55 +50,81 @@ _kafka_client_config = av.kafka_client_config
 _add_event_arguments = av.add_event_arguments
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    def verb(name: str, help_text: str, func: Any, parent: Any = subparsers) -> Any:
-        p = parent.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")
-        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-        add_config_arguments(p)
-        p.set_defaults(func=lambda a: _run(func, a))
-        return p
+def _verb(parent: Any, name: str, help_text: str, func: Any) -> Any:
+    """A store verb: ``--redis-url``, ``--json`` and the configuration flags, run by ``_run``."""
+    p = parent.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_config_arguments(p)
+    p.set_defaults(func=lambda a: _run(func, a))
+    return p
 
-    ns = subparsers.add_parser(
+
+def _group(subparsers: Any, name: str, help_text: str, dest: str) -> tuple[Any, Any]:
+    """A verb group (``namespaces``, ``brokers``, ...) that prints its help when called bare."""
+    group = subparsers.add_parser(name, help=help_text)
+    group.set_defaults(func=lambda _a: (group.print_help(), 2)[1])
+    return group, group.add_subparsers(dest=dest, metavar="VERB")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_namespaces(subparsers)
+    _register_ownership(subparsers)
+    _register_control(subparsers)
+    _register_reports(subparsers)
+
+
+def _register_namespaces(subparsers: Any) -> None:
+    _, ns_sub = _group(
+        subparsers,
         "namespaces",
-        help="create and inspect namespaces, split and unload bundles (pulsar-admin namespaces)",
+        "create and inspect namespaces, split and unload bundles (pulsar-admin namespaces)",
+        "ns_command",
     )
-    ns_sub = ns.add_subparsers(dest="ns_command", metavar="VERB")
-    p = verb("create", "create a namespace with N bundles (equal hash ranges)", av.create, ns_sub)
+    p = _verb(ns_sub, "create", "create a namespace with N bundles (equal hash ranges)", av.create)
     av.add_create_arguments(p)
-    verb("list", "list namespaces", _ns_list, ns_sub)
-    p = verb("bundles", "a namespace's boundaries and bundles", _ns_bundles, ns_sub)
+    _verb(ns_sub, "list", "list namespaces", _ns_list)
+    p = _verb(ns_sub, "bundles", "a namespace's boundaries and bundles", _ns_bundles)
     p.add_argument("namespace", help="tenant/namespace")
     split_help = (
         "split a bundle now (compare-and-set on the namespace version); without -u the new "
         "bundles stay with the parent's owner, as in Pulsar"
     )
-    p = verb("split-bundle", split_help, av.split, ns_sub)
+    p = _verb(ns_sub, "split-bundle", split_help, av.split)
     av.add_split_arguments(p)
     unload_help = (
         "release a bundle, or every owned bundle of the namespace when --bundle is absent, or "
         "move one bundle with --destinationBroker; through the idempotent applier, one row "
         "(and one recorded outcome) per bundle"
     )
-    p = verb("unload", unload_help, av.unload, ns_sub)
+    p = _verb(ns_sub, "unload", unload_help, av.unload)
     av.add_unload_arguments(p)
-    ns.set_defaults(func=lambda _a: (ns.print_help(), 2)[1])
 
-    p = verb("lookup", "the bundle and owner serving a topic (assigns a free bundle)", _lookup)
+
+def _register_ownership(subparsers: Any) -> None:
+    """``lookup``, ``owners`` and the older top-level ``split-bundle`` and ``unload``."""
+    p = _verb(
+        subparsers, "lookup", "the bundle and owner serving a topic (assigns a free bundle)",
+        _lookup,
+    )  # fmt: skip
     p.add_argument("topic", help="persistent://tenant/ns/topic or a short name")
     p.add_argument("--no-assign", action="store_true", help="do not assign a free bundle")
     _add_event_arguments(p)
-    p = verb("owners", "owners of every bundle of a namespace", _owners)
+    p = _verb(subparsers, "owners", "owners of every bundle of a namespace", _owners)
     p.add_argument("namespace")
-    p = verb(
+    p = _verb(
+        subparsers,
         "split-bundle",
         "the older spelling of 'namespaces split-bundle'; the new bundles are always left free "
         "(as with -u), to be placed on their next lookup",
         av.split,
     )
     av.add_split_arguments(p, unload_by_default=True)
-    p = verb("unload", "the older spelling of 'namespaces unload'", av.unload)
+    p = _verb(subparsers, "unload", "the older spelling of 'namespaces unload'", av.unload)
     av.add_unload_arguments(p)
+
+
+def _register_control(subparsers: Any) -> None:
     ctl = subparsers.add_parser(
         "control",
         help="consume the decisions topic and apply each decision to Redis",
@@ -117,6 +143,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=5.0,
         help="seconds between sweeps of expired leases (default 5)",
     )
+    _add_recovery_arguments(ctl)
+    metrics.add_metrics_argument(ctl)
+    add_config_arguments(ctl)
+    ctl.set_defaults(func=_control)
+
+
+def _add_recovery_arguments(ctl: argparse.ArgumentParser) -> None:
     rec = ctl.add_argument_group(
         "recovery of a lost Redis",
         "By default the loop checks for a data loss (Redis restarted without persistence: the "
@@ -155,24 +188,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NS=N",
         help="a namespace to re-create with N bundles if no broker reports it (repeatable)",
     )
-    metrics.add_metrics_argument(ctl)
-    add_config_arguments(ctl)
-    ctl.set_defaults(func=_control)
-    dec = subparsers.add_parser("decisions", help="decision outcomes recorded by the controller")
-    d_sub = dec.add_subparsers(dest="decisions_command", metavar="VERB")
-    p = verb("tail", "the latest decision outcomes", _decisions_tail, d_sub)
+
+
+def _register_reports(subparsers: Any) -> None:
+    """The read-only report verbs: decisions, broker, broker-stats and brokers."""
+    _, d_sub = _group(
+        subparsers, "decisions", "decision outcomes recorded by the controller",
+        "decisions_command",
+    )  # fmt: skip
+    p = _verb(d_sub, "tail", "the latest decision outcomes", _decisions_tail)
     p.add_argument("-n", type=int, default=20, help="how many (default 20)")
-    dec.set_defaults(func=lambda _a: (dec.print_help(), 2)[1])
-    broker = subparsers.add_parser("broker", help="one broker's load as the streaming job sees it")
-    br_sub = broker.add_subparsers(dest="broker_command", metavar="VERB")
-    p = verb("load-report", "the broker's last averaged load report", _broker_load, br_sub)
-    p.add_argument("broker")
-    broker.set_defaults(func=lambda _a: (broker.print_help(), 2)[1])
-    stats = subparsers.add_parser(
-        "broker-stats", help="a broker's load report as stored (pulsar-admin broker-stats)"
+    _, br_sub = _group(
+        subparsers, "broker", "one broker's load as the streaming job sees it", "broker_command"
     )
-    st_sub = stats.add_subparsers(dest="broker_stats_command", metavar="VERB")
-    p = verb(
+    p = _verb(br_sub, "load-report", "the broker's last averaged load report", _broker_load)
+    p.add_argument("broker")
+    _, st_sub = _group(
+        subparsers, "broker-stats", "a broker's load report as stored (pulsar-admin broker-stats)",
+        "broker_stats_command",
+    )  # fmt: skip
+    p = _verb(
+        st_sub,
         "load-report",
         "print the broker's last load report as JSON (LocalBrokerData field names), as the "
         "streaming job stored it in the load snapshot (P:load:brokers): the report as decoded, "
@@ -181,15 +217,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "averaged view (historyUsage, percentages) use 'lbctl broker load-report B'. Output is "
         "always JSON; --json is accepted",
         av.load_report,
-        st_sub,
     )
     av.add_load_report_arguments(p)
-    stats.set_defaults(func=lambda _a: (stats.print_help(), 2)[1])
-    brokers = subparsers.add_parser("brokers", help="registered brokers")
-    b_sub = brokers.add_subparsers(dest="brokers_command", metavar="VERB")
-    p = verb("list", "live brokers (registration not expired)", av.brokers_list, b_sub)
+    _, b_sub = _group(subparsers, "brokers", "registered brokers", "brokers_command")
+    p = _verb(b_sub, "list", "live brokers (registration not expired)", av.brokers_list)
     av.add_brokers_list_arguments(p)
-    brokers.set_defaults(func=lambda _a: (brokers.print_help(), 2)[1])
 
 
 def _run(func: Any, args: argparse.Namespace) -> int:
