@@ -30,7 +30,6 @@ from typing import Any
 # The report's NamespaceBundleStats field names; TimeAverageMessageData uses the same four.
 from loadbalance.report_columns import COUNT_FIELDS, VALUE_FIELDS
 from metadata_store.load_snapshot import LoadSnapshot
-from streaming.schema import SHARD_PREFIX
 from streaming.shard_state import ShardState, shard_of
 
 DEFAULT_DOC_SHARDS = 32
@@ -85,6 +84,9 @@ def blobs_from_docs(
 ) -> dict[str, bytes]:
     """Shard blobs holding ``docs`` (the inverse of ``docs_from_blobs``), for tools and tests
     that write a snapshot themselves. Missing fields take the values a fresh bundle has."""
+    # pandas (through streaming.schema): the controller reads snapshots with this module and
+    # must not load it
+    from streaming.schema import SHARD_PREFIX
 
     by_shard: dict[int, list[str]] = {}
     for name in docs:
