@@ -251,35 +251,12 @@ def pick_bundle(store: RedisStore, ns: str, bundle_type: str) -> str:
 
 
 def split(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig) -> Rows:
-    algo = args.split_algorithm_name or config.default_namespace_bundle_split_algorithm
-    positions = sorted({p for group in args.split_boundaries for p in group})
-    if positions and algo != SPECIFIED_POSITIONS_DIVIDE:
-        raise UsageError(
-            f"--split-boundaries only works with -san {SPECIFIED_POSITIONS_DIVIDE} "
-            f"(the algorithm is {algo})"
-        )
-    if algo == SPECIFIED_POSITIONS_DIVIDE and not positions:
-        raise UsageError(f"-san {SPECIFIED_POSITIONS_DIVIDE} needs --split-boundaries")
-    if algo not in config.supported_namespace_bundle_split_algorithms:
-        supported = ", ".join(config.supported_namespace_bundle_split_algorithms)
-        raise InvalidInput(
-            "splitAlgorithmName",
-            f"unsupported split algorithm {algo}; "
-            f"supportedNamespaceBundleSplitAlgorithms: {supported}",
-        )
+    algo, positions = _split_algorithm(args, config)
     if args.bundle:
         name = bundle_name(store, args.namespace, args.bundle)
     else:
         name = pick_bundle(store, args.namespace, args.bundle_type)
-    rng = parse_bundle(name)
-    points = split_boundaries(algo, rng, positions=positions, topic_hashes=())
-    if not points:
-        why = {
-            SPECIFIED_POSITIONS_DIVIDE: f"no position lies strictly inside 0x{rng.lower:08x}.."
-            f"0x{rng.upper:08x} (decimal {rng.lower}..{rng.upper})",
-            "range_equally_divide": "the range is too narrow to split",
-        }.get(algo, "it needs the bundle's topics, which lbctl does not know")
-        raise InvalidInput("splitBoundaries", f"{algo} gives no boundary for {name}: {why}")
+    points = _split_points(algo, name, positions)
     now = now_ms()
     before = store.owner(name, now)
     nb = store.split_bundle(name, points)
@@ -298,27 +275,80 @@ def split(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfi
     owners: dict[str, str | None] = dict.fromkeys(children)
     if before is not None and not args.unload:
         ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
-        for child in children:
-            try:
-                lease = store.acquire(child, before.broker, now, ttl_ms)
-            except (Conflict, BrokerNotAlive):  # placed meanwhile, or the owner is gone
-                continue
-            owners[child] = lease.broker
-            events.append(
-                OwnershipEvent(
-                    ASSIGNED,
-                    child,
-                    now,
-                    new_owner=lease.broker,
-                    new_token=lease.token,
-                    reason=f"split of {name}",
-                )
-            )
+        events += _keep_children(store, name, children, before.broker, now, ttl_ms, owners)
     publish(args, config, events)
     return [
         {"bundle": c, "owner": owners[c], "version": nb.version, "algorithm": algo}
         for c in children
     ]
+
+
+def _split_algorithm(args: argparse.Namespace, config: LoadBalancerConfig) -> tuple[str, list[int]]:
+    """The split algorithm and its positions, refused unless they go together and the
+    configuration supports the algorithm."""
+    algo = args.split_algorithm_name or config.default_namespace_bundle_split_algorithm
+    positions = sorted({p for group in args.split_boundaries for p in group})
+    if positions and algo != SPECIFIED_POSITIONS_DIVIDE:
+        raise UsageError(
+            f"--split-boundaries only works with -san {SPECIFIED_POSITIONS_DIVIDE} "
+            f"(the algorithm is {algo})"
+        )
+    if algo == SPECIFIED_POSITIONS_DIVIDE and not positions:
+        raise UsageError(f"-san {SPECIFIED_POSITIONS_DIVIDE} needs --split-boundaries")
+    if algo not in config.supported_namespace_bundle_split_algorithms:
+        supported = ", ".join(config.supported_namespace_bundle_split_algorithms)
+        raise InvalidInput(
+            "splitAlgorithmName",
+            f"unsupported split algorithm {algo}; "
+            f"supportedNamespaceBundleSplitAlgorithms: {supported}",
+        )
+    return algo, positions
+
+
+def _split_points(algo: str, name: str, positions: list[int]) -> list[int]:
+    """The boundaries ``algo`` gives for bundle ``name``; ``InvalidInput`` saying why if none."""
+    rng = parse_bundle(name)
+    points = split_boundaries(algo, rng, positions=positions, topic_hashes=())
+    if not points:
+        why = {
+            SPECIFIED_POSITIONS_DIVIDE: f"no position lies strictly inside 0x{rng.lower:08x}.."
+            f"0x{rng.upper:08x} (decimal {rng.lower}..{rng.upper})",
+            "range_equally_divide": "the range is too narrow to split",
+        }.get(algo, "it needs the bundle's topics, which lbctl does not know")
+        raise InvalidInput("splitBoundaries", f"{algo} gives no boundary for {name}: {why}")
+    return points
+
+
+def _keep_children(
+    store: RedisStore,
+    parent: str,
+    children: Sequence[str],
+    broker: str,
+    now: int,
+    ttl_ms: int,
+    owners: dict[str, str | None],
+) -> list[OwnershipEvent]:
+    """Lease the split's children to the parent's owner, as Pulsar does without ``-u``; fill
+    ``owners`` and return the ``assigned`` events. A child placed meanwhile, or an owner that
+    is gone, is left as it is."""
+    events = []
+    for child in children:
+        try:
+            lease = store.acquire(child, broker, now, ttl_ms)
+        except (Conflict, BrokerNotAlive):  # placed meanwhile, or the owner is gone
+            continue
+        owners[child] = lease.broker
+        events.append(
+            OwnershipEvent(
+                ASSIGNED,
+                child,
+                now,
+                new_owner=lease.broker,
+                new_token=lease.token,
+                reason=f"split of {parent}",
+            )
+        )
+    return events
 
 
 # -- namespaces unload ---------------------------------------------------------------------------
@@ -439,7 +469,7 @@ def stored_report(store: RedisStore, broker: str | None) -> tuple[str, dict[str,
     if broker not in raw:
         raise InvalidInput("broker", f"broker unknown or without a load report: {broker}")
     report = dict(json.loads(raw[broker]).get("report") or {})
-    docs = read_bundle_docs(store.load_snapshot)
+    docs = snapshot.bundle_docs()
     stats = {
         b: docs[b]["lastStats"]
         for b in sorted(report.get("bundles") or ())

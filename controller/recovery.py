@@ -183,13 +183,7 @@ def recover(
     (``InvalidInput`` otherwise, raised before anything is written); ``events``, the scan it
     came from, puts the counts of skipped records and ignored tokens in the report.
     """
-    if events is not None and events.floor != token_floor:
-        raise InvalidInput("token_floor", "differs from the floor of the events scan given")
-    grants_max = sum(len(set(b)) for b in claims.values())
-    if not isinstance(token_floor, int) or isinstance(token_floor, bool):
-        raise InvalidInput("token_floor", f"expected an integer, got {type(token_floor).__name__}")
-    if not 0 <= token_floor <= MAX_TOKEN - grants_max:
-        raise InvalidInput("token_floor", f"{token_floor} leaves no room below 2**53-1")
+    grants_max = _check_floor(claims, token_floor, events)
     epoch = uuid.uuid4().hex
     report = RecoveryReport(reason, now_ms, epoch, token_floor, lost=list(ALWAYS_LOST))
     if events is not None:
@@ -197,6 +191,49 @@ def recover(
         report.events_skipped = events.skipped
         report.tokens_ignored = len(events.ignored_tokens)
         report.event_problems = list(events.problems)
+    by_ns = _claims_by_namespace(claims, report)
+    # Everything is computed and validated before the first write, so nothing in the input can
+    # leave a half-written store: the fence, the namespaces, then the leases.
+    existing = set(store.list_namespaces())
+    grants, writes = _plan_namespaces(by_ns, existing, known_namespaces or {}, report, now_ms)
+    # fence first: every token granted from here on is above anything handed out before. A
+    # counter that is not an integer in range (written by hand) is refused before any write.
+    store.recovery_state.raise_fence(token_floor, MAX_TOKEN - grants_max)
+    for ns, bounds in writes:
+        _write_namespace(store, ns, bounds, now_ms)
+    granted = _grant_leases(store, grants, report, now_ms, lease_ttl_ms)
+    for ns in sorted(report.namespaces):
+        nb = store.get_namespace(ns)
+        assert nb is not None
+        report.unowned += [b for b in nb.bundle_names if b not in granted]
+    report.lost.append(
+        "namespaces that no broker reports and the caller did not name cannot be known; "
+        f"the store now holds {sorted(existing | set(report.namespaces))}"
+    )
+    store.recovery_state.finish(epoch, report.to_json())
+    return report
+
+
+def _check_floor(
+    claims: Mapping[str, Iterable[str]], token_floor: int, events: EventScan | None
+) -> int:
+    """Refuse a token floor that is not an integer leaving room for every grant below
+    2**53-1 (or differs from the scan's); the most grants the claims can give."""
+    if events is not None and events.floor != token_floor:
+        raise InvalidInput("token_floor", "differs from the floor of the events scan given")
+    grants_max = sum(len(set(b)) for b in claims.values())
+    if not isinstance(token_floor, int) or isinstance(token_floor, bool):
+        raise InvalidInput("token_floor", f"expected an integer, got {type(token_floor).__name__}")
+    if not 0 <= token_floor <= MAX_TOKEN - grants_max:
+        raise InvalidInput("token_floor", f"{token_floor} leaves no room below 2**53-1")
+    return grants_max
+
+
+def _claims_by_namespace(
+    claims: Mapping[str, Iterable[str]], report: RecoveryReport
+) -> dict[str, list[tuple[str, str]]]:
+    """Namespace -> ``(bundle, broker)`` claims, in a stable order; names that are no bundle
+    go to ``report.refused``."""
     by_ns: dict[str, list[tuple[str, str]]] = {}
     for broker, bundles in sorted(claims.items()):
         for b in sorted(set(bundles)):
@@ -204,9 +241,21 @@ def recover(
                 by_ns.setdefault(parse_bundle(b).namespace, []).append((b, broker))
             except InvalidInput as e:
                 report.refused.append((b, broker, f"not a bundle name: {e}"))
-    # Everything is computed and validated before the first write, so nothing in the input can
-    # leave a half-written store: the fence, the namespaces, then the leases.
-    existing = set(store.list_namespaces())
+    return by_ns
+
+
+def _plan_namespaces(
+    by_ns: Mapping[str, list[tuple[str, str]]],
+    existing: set[str],
+    known_namespaces: Mapping[str, int],
+    report: RecoveryReport,
+    now_ms: int,
+) -> tuple[list[tuple[str, str]], list[tuple[str, list[int]]]]:
+    """The leases to grant and the namespaces to write, validated, without writing anything.
+
+    A namespace still in the store keeps its boundaries (its claims are only re-leased); a
+    claimed one is rebuilt from its claims; a named one nobody claims gets its default bundles.
+    """
     grants: list[tuple[str, str]] = []
     writes: list[tuple[str, list[int]]] = []
     for ns, ns_claims in sorted(by_ns.items()):
@@ -221,16 +270,23 @@ def recover(
         report.namespaces[ns] = NamespaceRebuild(
             len(bounds) - 1, len(accepted), len(bounds) - 1 - len(accepted), "reports"
         )
-    for ns, n in sorted((known_namespaces or {}).items()):
+    for ns, n in sorted(known_namespaces.items()):
         if ns not in by_ns and ns not in existing:
             bounds = list(NamespaceBundles.initial(ns, n).boundaries)
             writes.append((ns, bounds))
             report.namespaces[ns] = NamespaceRebuild(n, 0, n, "default")
-    # fence first: every token granted from here on is above anything handed out before. A
-    # counter that is not an integer in range (written by hand) is refused before any write.
-    store.recovery_state.raise_fence(token_floor, MAX_TOKEN - grants_max)
-    for ns, bounds in writes:
-        _write_namespace(store, ns, bounds, now_ms)
+    return grants, writes
+
+
+def _grant_leases(
+    store: RedisStore,
+    grants: list[tuple[str, str]],
+    report: RecoveryReport,
+    now_ms: int,
+    lease_ttl_ms: int,
+) -> set[str]:
+    """Lease each claimed bundle to its claimant; the bundles granted. A claimant that is not
+    live, or a lease that cannot be taken, is refused in the report, not raised."""
     granted = set()
     for bundle, broker in grants:
         try:
@@ -243,16 +299,7 @@ def recover(
             continue
         report.leases_granted[bundle] = (broker, lease.token)
         granted.add(bundle)
-    for ns in sorted(report.namespaces):
-        nb = store.get_namespace(ns)
-        assert nb is not None
-        report.unowned += [b for b in nb.bundle_names if b not in granted]
-    report.lost.append(
-        "namespaces that no broker reports and the caller did not name cannot be known; "
-        f"the store now holds {sorted(existing | set(report.namespaces))}"
-    )
-    store.recovery_state.finish(epoch, report.to_json())
-    return report
+    return granted
 
 
 def _write_namespace(store: RedisStore, ns: str, bounds: list[int], now_ms: int) -> None:
@@ -357,22 +404,33 @@ def scan_events(
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     left.pop(m.partition(), None)
                 continue
-            scan.read += 1
-            try:
-                e = decode_event(m.value() or b"")
-            except InvalidEvent as err:
-                scan.skipped += 1
-                where = f"{topic}/{m.partition()}@{m.offset()}"
-                scan.problem(f"{where}: {err}")
-                log.warning("skipped ownership event %s: %s", where, err)
-            else:
-                tokens.update(t for t in (e.old_token, e.new_token) if t is not None)
+            _scan_record(scan, tokens, topic, m)
             if m.offset() + 1 >= left.get(m.partition(), 0):
                 left.pop(m.partition(), None)
     finally:
         consumer.close()
     if left:
         raise Transient(f"{topic}: could not read partitions {sorted(left)} to their end")
+    _set_floor(scan, tokens)
+    return scan
+
+
+def _scan_record(scan: EventScan, tokens: set[int], topic: str, m: Any) -> None:
+    """Count one record; keep its tokens, or skip it (counted and logged) when invalid."""
+    scan.read += 1
+    try:
+        e = decode_event(m.value() or b"")
+    except InvalidEvent as err:
+        scan.skipped += 1
+        where = f"{topic}/{m.partition()}@{m.offset()}"
+        scan.problem(f"{where}: {err}")
+        log.warning("skipped ownership event %s: %s", where, err)
+    else:
+        tokens.update(t for t in (e.old_token, e.new_token) if t is not None)
+
+
+def _set_floor(scan: EventScan, tokens: set[int]) -> None:
+    """The fence floor of the tokens read; a token not trusted, and skipped records, logged."""
     scan.floor, scan.ignored_tokens = trusted_floor(tokens)
     for t in scan.ignored_tokens:
         scan.problem(f"token {t} ignored: more than {MAX_TOKEN_GAP} above every lower token")
@@ -381,7 +439,6 @@ def scan_events(
     if scan.skipped:
         log.warning("ownership events: %d of %d records skipped as invalid",
                     scan.skipped, scan.read)  # fmt: skip
-    return scan
 
 
 def token_floor_from_events(
@@ -495,27 +552,36 @@ class AutoRecovery:
             return None
         epoch = current_epoch(self.store)
         if not self.pending:
-            if epoch is not None and epoch == self.known_epoch:
-                return None
-            if epoch is not None and self.known_epoch is not None and self._recovered_epoch(epoch):
-                log.warning("the store was recovered elsewhere: adopting epoch %s", epoch)
-                self.known_epoch = epoch
-                return None
-            # detect_loss reads the claims only when no epoch was ever seen: skip a big read else
-            unseen = epoch is None and self.known_epoch is None
-            claims = claims_from_snapshot(self.store, now_ms) if unseen else {}
-            reason = detect_loss(self.store, self.known_epoch, claims)
-            if reason is None:
-                self.known_epoch = epoch if epoch is not None else self.known_epoch
-                return None
-            self.reason, self.detected_at, self.next_look = reason, t, t + self.wait_s
-            log.warning(
-                "Redis lost its data (%s): holding decisions and sweeps; recovering in %.1f s, "
-                "once brokers re-register and report",
-                reason,
-                self.wait_s,
-            )
+            self._detect(epoch, t, now_ms)
             return None
+        return self._progress(epoch, t, now_ms)
+
+    def _detect(self, epoch: str | None, t: float, now_ms: int) -> None:
+        """No loss pending: adopt a known or recovered epoch, or note a loss and its time."""
+        if epoch is not None and epoch == self.known_epoch:
+            return
+        if epoch is not None and self.known_epoch is not None and self._recovered_epoch(epoch):
+            log.warning("the store was recovered elsewhere: adopting epoch %s", epoch)
+            self.known_epoch = epoch
+            return
+        # detect_loss reads the claims only when no epoch was ever seen: skip a big read else
+        unseen = epoch is None and self.known_epoch is None
+        claims = claims_from_snapshot(self.store, now_ms) if unseen else {}
+        reason = detect_loss(self.store, self.known_epoch, claims)
+        if reason is None:
+            self.known_epoch = epoch if epoch is not None else self.known_epoch
+            return
+        self.reason, self.detected_at, self.next_look = reason, t, t + self.wait_s
+        log.warning(
+            "Redis lost its data (%s): holding decisions and sweeps; recovering in %.1f s, "
+            "once brokers re-register and report",
+            reason,
+            self.wait_s,
+        )
+
+    def _progress(self, epoch: str | None, t: float, now_ms: int) -> RecoveryReport | None:
+        """A loss pending: give it up if the data came back or was recovered elsewhere, wait
+        for claims, else recover; the report when this call recovered."""
         if epoch is not None and epoch == self.known_epoch:
             log.warning("the epoch %s is back (a failover back to the data): no recovery", epoch)
             self.reason = None

@@ -194,60 +194,11 @@ def run_live(args: argparse.Namespace) -> int:
     say(f"lbctl run: {args.scenario}; logs in {run_dir}")
     code = 1
     try:
-        bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
-        redis_url = args.redis_url or config.redis_url
-        if not bootstrap:
-            kafka = EmbeddedKafka(run_dir / "services")
-            kafka.start()
-            sup.add_service("kafka", kafka)
-            bootstrap = kafka.bootstrap_servers
-        if not redis_url:
-            redis_server = EmbeddedRedis(run_dir / "services", data_dir=run_dir / "redis-data")
-            redis_server.start()
-            sup.add_service("redis", redis_server)
-            redis_url = redis_server.url
-        names = {name for name, _ in sup.services}
-        say(
-            f"kafka {bootstrap}{' (embedded)' if 'kafka' in names else ''}; "
-            f"redis {redis_url}{' (embedded)' if 'redis' in names else ''}"
-        )
+        bootstrap, redis_url = _services(args, config, sup, say, run_dir)
         if sup.stop_requested.is_set():  # Ctrl-C while the services started: start no job
             raise _StoppedEarly
         checkpoint = _prepare(args, config, bootstrap, redis_url, run_dir)
-        common = [*(["--config", str(args.config)] if args.config else [])]
-        for s in sets:
-            common += ["--set", s]
-        where = ["--bootstrap-servers", bootstrap, "--redis-url", redis_url]
-        port = child_metrics_ports(args.metrics_port)
-        sup.start(
-            "stream",
-            lbctl_argv(
-                "stream", *where, "--checkpoint", str(checkpoint),
-                "--trigger-seconds", str(args.trigger_seconds), *port["stream"], *common,
-            ),
-            env_defaults=SPARK_ENV,
-        )  # fmt: skip
-        sup.start(
-            "control",
-            lbctl_argv(
-                "control",
-                *where,
-                "--group",
-                f"{config.redis_key_prefix}-controller",
-                *port["control"],
-                *common,
-            ),
-        )
-        sim = ["simulate", args.scenario, *where, "--cycle-seconds", str(args.cycle_seconds)]
-        sim += ["--seed", str(args.seed), *(["--cycles", str(args.cycles)] if args.cycles else [])]
-        sim += port["simulate"]
-        sup.start("simulate", lbctl_argv(*sim, *common), may_finish=args.cycles is not None)
-        if args.metrics_port is not None:
-            say(
-                "metrics: "
-                + ", ".join(f"{n} http://127.0.0.1:{p[1]}/metrics" for n, p in port.items())
-            )
-
+        _start_children(args, config, sets, sup, say, bootstrap, redis_url, checkpoint)
         monitor = build_monitor(config, redis_url, bootstrap=bootstrap, checkpoint=checkpoint)
         code, summary = _watch(args, sup, monitor, say, run_dir)
     except ServiceError as e:
@@ -267,6 +218,75 @@ def run_live(args: argparse.Namespace) -> int:
         else:
             print(_summary_text(summary))
     return code
+
+
+def _services(args, config: Any, sup: Supervisor, say, run_dir: Path) -> tuple[str, str]:
+    """Kafka and Redis as configured, or embedded ones started under ``sup``; their
+    addresses."""
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    redis_url = args.redis_url or config.redis_url
+    if not bootstrap:
+        kafka = EmbeddedKafka(run_dir / "services")
+        kafka.start()
+        sup.add_service("kafka", kafka)
+        bootstrap = kafka.bootstrap_servers
+    if not redis_url:
+        redis_server = EmbeddedRedis(run_dir / "services", data_dir=run_dir / "redis-data")
+        redis_server.start()
+        sup.add_service("redis", redis_server)
+        redis_url = redis_server.url
+    names = {name for name, _ in sup.services}
+    say(
+        f"kafka {bootstrap}{' (embedded)' if 'kafka' in names else ''}; "
+        f"redis {redis_url}{' (embedded)' if 'redis' in names else ''}"
+    )
+    return bootstrap, redis_url
+
+
+def _start_children(
+    args,
+    config: Any,
+    sets: list[str],
+    sup: Supervisor,
+    say,
+    bootstrap: str,
+    redis_url: str,
+    checkpoint: Path,
+) -> None:
+    """Start the streaming job, the controller and the simulator, sharing the configuration
+    flags and the service addresses."""
+    common = [*(["--config", str(args.config)] if args.config else [])]
+    for s in sets:
+        common += ["--set", s]
+    where = ["--bootstrap-servers", bootstrap, "--redis-url", redis_url]
+    port = child_metrics_ports(args.metrics_port)
+    sup.start(
+        "stream",
+        lbctl_argv(
+            "stream", *where, "--checkpoint", str(checkpoint),
+            "--trigger-seconds", str(args.trigger_seconds), *port["stream"], *common,
+        ),
+        env_defaults=SPARK_ENV,
+    )  # fmt: skip
+    sup.start(
+        "control",
+        lbctl_argv(
+            "control",
+            *where,
+            "--group",
+            f"{config.redis_key_prefix}-controller",
+            *port["control"],
+            *common,
+        ),
+    )
+    sim = ["simulate", args.scenario, *where, "--cycle-seconds", str(args.cycle_seconds)]
+    sim += ["--seed", str(args.seed), *(["--cycles", str(args.cycles)] if args.cycles else [])]
+    sim += port["simulate"]
+    sup.start("simulate", lbctl_argv(*sim, *common), may_finish=args.cycles is not None)
+    if args.metrics_port is not None:
+        say(
+            "metrics: " + ", ".join(f"{n} http://127.0.0.1:{p[1]}/metrics" for n, p in port.items())
+        )
 
 
 def child_metrics_ports(base: int | None) -> dict[str, list[str]]:
@@ -328,103 +348,141 @@ def _prepare(
 def _watch(args, sup, monitor: Any, say, run_dir: Path) -> tuple[int, dict[str, Any]]:
     """Refresh the monitor until a stop, the end of the run, or a child's death; sample usage
     and applied decisions for the picture written at the end."""
+    return _Watch(args, sup, monitor, say, run_dir).run()
 
-    history = UsageHistory()
-    t0, start_ms = time.monotonic(), int(time.time() * 1000)
-    balanced_ratio = monitor.balanced_max_over_mean
-    start_spread = end_spread = None
-    balanced_after: float | None = None
-    first_batch_after: float | None = None
-    initial_batch: int | str | None = "unread"
-    initial_applied: dict[str, int] = {}
-    snap = None
-    live = None
-    if not (args.no_monitor or args.json):
-        live = Live(refresh_per_second=1, transient=False)
-        live.start()
-    code, reason, finishing_at = 0, "stopped", None
-    try:
-        while True:
-            elapsed = time.monotonic() - t0
-            try:
-                snap = monitor.read()
-            except Exception as e:  # Redis hiccup: a display, not a reason to stop the job
-                log.warning("monitor read failed: %s", e)
-            if snap is not None and initial_batch == "unread":
-                # real Redis may hold a previous run's view and outcomes: the summary is this run's
-                initial_batch, initial_applied = snap.batch, dict(snap.applied)
-            fresh = snap is not None and snap.batch is not None and snap.batch != initial_batch
-            if first_batch_after is None and fresh:
-                first_batch_after = elapsed
-            if fresh and snap.complete and snap.spread is not None:
-                if start_spread is None:
-                    start_spread = snap.spread
-                end_spread = snap.spread
-                if (
-                    balanced_after is None
-                    and sum(snap.applied.values()) > sum(initial_applied.values())
-                    and snap.spread.max_over_mean <= balanced_ratio
-                ):
-                    balanced_after = elapsed
-            if snap is not None:
-                record(history, snap, elapsed, start_ms)
-                title = f"lbctl run {args.scenario}: {elapsed:.0f}s"
-                if live is not None:
-                    live.update(render(snap, title, width=live.console.width))
-                else:
-                    say(f"[{elapsed:6.1f}s] {plain_line(snap)}")
-            for ex in sup.poll():
-                if ex.expected:
-                    say(f"{ex.name} finished; stopping once the streaming job has caught up")
-                    finishing_at = time.monotonic() + CATCH_UP_LIMIT_S
-                else:
-                    code, reason = 1, f"{ex.name} exited with code {ex.code}"
-                    if live is not None:
-                        live.stop()
-                        live = None
-                    print(f"lbctl run: {reason}; the end of {ex.log_path}:", file=sys.stderr)
-                    print(ex.tail, file=sys.stderr)
-                    if ex.error:
-                        print(f"lbctl run: {ex.name}'s last error: {ex.error}", file=sys.stderr)
-            if code:
-                break
-            caught_up = (
-                fresh
-                and snap.batch_age_s is not None
-                and snap.batch_age_s >= max(10.0, 4 * args.trigger_seconds)
-            )  # no new batch for a while: every report on the topic has been processed
-            if finishing_at is not None and (caught_up or time.monotonic() >= finishing_at):
-                reason = "simulation finished"
-                break
-            if args.duration is not None and elapsed >= args.duration:
-                reason = "duration reached"
-                break
-            if sup.wait(args.refresh_seconds):
-                reason = f"stopped by {signal.Signals(sup.stop_signal or 2).name}"
-                break
-    finally:
-        if live is not None:
-            live.stop()
-            print()
-    summary = {
-        "scenario": args.scenario,
-        "ended": reason,
-        "seconds": round(time.monotonic() - t0, 1),
-        "applied": {
-            k: n - initial_applied.get(k, 0)
-            for k, n in (snap.applied if snap else {}).items()
-            if n > initial_applied.get(k, 0)
-        },
-        "outcomes": dict(snap.outcomes) if snap else {},
-        "spreadStart": start_spread.as_dict() if start_spread else None,
-        "spreadEnd": end_spread.as_dict() if end_spread else None,
-        "firstBatchAfterS": None if first_batch_after is None else round(first_batch_after, 1),
-        "balancedAfterS": None if balanced_after is None else round(balanced_after, 1),
-        "lastBatch": snap.batch if snap else None,
-        "balancedMaxOverMean": balanced_ratio,
-        "plot": _plot(args, history, run_dir, monitor.overloaded_pct),
-    }
-    return code, summary
+
+class _Watch:
+    """The state of one ``_watch``: what the monitor showed so far, and why the watch ended."""
+
+    def __init__(self, args, sup, monitor: Any, say, run_dir: Path) -> None:
+        self.args, self.sup, self.monitor, self.say, self.run_dir = args, sup, monitor, say, run_dir
+        self.history = UsageHistory()
+        self.t0, self.start_ms = time.monotonic(), int(time.time() * 1000)
+        self.balanced_ratio = monitor.balanced_max_over_mean
+        self.start_spread: Any = None
+        self.end_spread: Any = None
+        self.balanced_after: float | None = None
+        self.first_batch_after: float | None = None
+        self.initial_batch: int | str | None = "unread"
+        self.initial_applied: dict[str, int] = {}
+        self.snap: Any = None
+        self.live: Live | None = None
+        self.code, self.reason, self.finishing_at = 0, "stopped", None
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        if not (self.args.no_monitor or self.args.json):
+            self.live = Live(refresh_per_second=1, transient=False)
+            self.live.start()
+        try:
+            while not self._step():
+                pass
+        finally:
+            if self.live is not None:
+                self.live.stop()
+                print()
+        return self.code, self._summary()
+
+    def _step(self) -> bool:
+        """One refresh; True when the watch ends (``self.reason`` says why)."""
+        elapsed = time.monotonic() - self.t0
+        fresh = self._read(elapsed)
+        if self.snap is not None:
+            record(self.history, self.snap, elapsed, self.start_ms)
+            title = f"lbctl run {self.args.scenario}: {elapsed:.0f}s"
+            if self.live is not None:
+                self.live.update(render(self.snap, title, width=self.live.console.width))
+            else:
+                self.say(f"[{elapsed:6.1f}s] {plain_line(self.snap)}")
+        self._poll_children()
+        if self.code:
+            return True
+        return self._finished(fresh, elapsed)
+
+    def _read(self, elapsed: float) -> bool:
+        """Read the monitor and note the spread and timings; whether its batch is this run's."""
+        try:
+            self.snap = self.monitor.read()
+        except Exception as e:  # Redis hiccup: a display, not a reason to stop the job
+            log.warning("monitor read failed: %s", e)
+        snap = self.snap
+        if snap is not None and self.initial_batch == "unread":
+            # real Redis may hold a previous run's view and outcomes: the summary is this run's
+            self.initial_batch, self.initial_applied = snap.batch, dict(snap.applied)
+        fresh = snap is not None and snap.batch is not None and snap.batch != self.initial_batch
+        if self.first_batch_after is None and fresh:
+            self.first_batch_after = elapsed
+        if fresh and snap.complete and snap.spread is not None:
+            if self.start_spread is None:
+                self.start_spread = snap.spread
+            self.end_spread = snap.spread
+            if (
+                self.balanced_after is None
+                and sum(snap.applied.values()) > sum(self.initial_applied.values())
+                and snap.spread.max_over_mean <= self.balanced_ratio
+            ):
+                self.balanced_after = elapsed
+        return fresh
+
+    def _poll_children(self) -> None:
+        """An expected exit starts the catch-up wait; any other sets the exit code and shows
+        the child's last output."""
+        for ex in self.sup.poll():
+            if ex.expected:
+                self.say(f"{ex.name} finished; stopping once the streaming job has caught up")
+                self.finishing_at = time.monotonic() + CATCH_UP_LIMIT_S
+                continue
+            self.code, self.reason = 1, f"{ex.name} exited with code {ex.code}"
+            if self.live is not None:
+                self.live.stop()
+                self.live = None
+            print(f"lbctl run: {self.reason}; the end of {ex.log_path}:", file=sys.stderr)
+            print(ex.tail, file=sys.stderr)
+            if ex.error:
+                print(f"lbctl run: {ex.name}'s last error: {ex.error}", file=sys.stderr)
+
+    def _finished(self, fresh: bool, elapsed: float) -> bool:
+        """Whether the run is over: caught up after the simulation, the duration, or a stop."""
+        snap, args = self.snap, self.args
+        caught_up = (
+            fresh
+            and snap.batch_age_s is not None
+            and snap.batch_age_s >= max(10.0, 4 * args.trigger_seconds)
+        )  # no new batch for a while: every report on the topic has been processed
+        if self.finishing_at is not None and (caught_up or time.monotonic() >= self.finishing_at):
+            self.reason = "simulation finished"
+            return True
+        if args.duration is not None and elapsed >= args.duration:
+            self.reason = "duration reached"
+            return True
+        if self.sup.wait(args.refresh_seconds):
+            self.reason = f"stopped by {signal.Signals(self.sup.stop_signal or 2).name}"
+            return True
+        return False
+
+    def _summary(self) -> dict[str, Any]:
+        snap, initial = self.snap, self.initial_applied
+        return {
+            "scenario": self.args.scenario,
+            "ended": self.reason,
+            "seconds": round(time.monotonic() - self.t0, 1),
+            "applied": {
+                k: n - initial.get(k, 0)
+                for k, n in (snap.applied if snap else {}).items()
+                if n > initial.get(k, 0)
+            },
+            "outcomes": dict(snap.outcomes) if snap else {},
+            "spreadStart": self.start_spread.as_dict() if self.start_spread else None,
+            "spreadEnd": self.end_spread.as_dict() if self.end_spread else None,
+            "firstBatchAfterS": _round(self.first_batch_after),
+            "balancedAfterS": _round(self.balanced_after),
+            "lastBatch": snap.batch if snap else None,
+            "balancedMaxOverMean": self.balanced_ratio,
+            "plot": _plot(self.args, self.history, self.run_dir, self.monitor.overloaded_pct),
+        }
+
+
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
 
 
 def _plot(args, history: Any, run_dir: Path, overloaded_pct: float) -> str | None:
