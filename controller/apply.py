@@ -1,6 +1,6 @@
-"""Apply decisions to the Redis store: level-based, idempotent, fenced.
+"""Apply decisions to the ownership store: level-based, idempotent, fenced.
 
-A decision is a hint. The applier re-reads Redis, checks that the change is still valid,
+A decision is a hint. The applier re-reads the store, checks that the change is still valid,
 returns early when it already holds, and makes every write conditional (the namespace version
 for splits and merges, the owner's fencing token for unloads and transfers), so a stale or
 replayed decision can never undo a newer change. Every decision ends with exactly one recorded
@@ -15,6 +15,11 @@ applied before; nothing changes, and the hash keeps the first outcome, but the s
 The Redis change and the outcome are two writes, so a crash can fall between them; the replay
 then finds the change already made and records ``already_satisfied``. ``fault_point`` lets the
 reliability suite (``tests/reliability``) kill the process exactly there.
+
+The applier asks only the ``DecisionStore`` protocol (``metadata_store.protocol``: ownership
+plus the outcome log), so the controller applies to ``RedisStore`` and the fast simulator
+(``producers.fast_sim``) to ``MemoryStore`` with this same code: the scoreboard measures the
+product's semantics.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.values import OutcomeKind
 from metadata_store.leases import BrokerNotAlive
-from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import DecisionStore
 
 APPLIED = OutcomeKind.APPLIED
 ALREADY_SATISFIED = OutcomeKind.ALREADY_SATISFIED
@@ -60,15 +65,15 @@ class Outcome:
     reason: str = ""
 
 
-def outcome_of(store: RedisStore, decision_id: str) -> Outcome | None:
+def outcome_of(store: DecisionStore, decision_id: str) -> Outcome | None:
     doc = store.outcomes.get(decision_id)
     if doc is None:
         return None
     return Outcome(decision_id, doc["outcome"], doc.get("reason", ""))
 
 
-def _record(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> Outcome:
-    """Record the outcome in the hash and the stream, atomically; report a lost race.
+def _record(store: DecisionStore, d: Decision, outcome: Outcome, now_ms: int) -> Outcome:
+    """Record the outcome in the log's hash and stream, atomically; report a lost race.
 
     Why atomically (``metadata_store.outcomes``): two controllers run by mistake can both pass
     the de-duplication check for the same decision; the hash keeps the first outcome (the
@@ -85,13 +90,13 @@ def _record(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> Ou
     return outcome
 
 
-def _report_duplicate(store: RedisStore, d: Decision, outcome: Outcome, now_ms: int) -> None:
+def _report_duplicate(store: DecisionStore, d: Decision, outcome: Outcome, now_ms: int) -> None:
     """Stream (never hash) a duplicate, so a replay or a second controller shows in the tail."""
     store.outcomes.stream_only(d, outcome.outcome, outcome.reason, now_ms)
 
 
 def apply_decision(
-    store: RedisStore, d: Decision, *, now_ms: int, lease_ttl_ms: int, dry_run: bool = False
+    store: DecisionStore, d: Decision, *, now_ms: int, lease_ttl_ms: int, dry_run: bool = False
 ) -> Outcome:
     """Apply one decision and record its outcome (see the module docstring)."""
     previous = outcome_of(store, d.id)
@@ -114,7 +119,7 @@ def apply_decision(
     return recorded
 
 
-def _apply(store: RedisStore, d: Decision, now_ms: int, ttl_ms: int, dry_run: bool) -> Outcome:
+def _apply(store: DecisionStore, d: Decision, now_ms: int, ttl_ms: int, dry_run: bool) -> Outcome:
     r = parse_bundle(d.bundle)
     nb = store.get_namespace(r.namespace)
     if nb is None:

@@ -5,17 +5,24 @@ de-duplication) and ``P:outcome-stream`` (every outcome, for tailing); formats i
 Why one repository for both: the controller records an outcome in the hash and the stream in
 one script, so two controllers racing on one decision cannot both win the hash, and the
 loser's view still shows in the stream as a ``conflict`` naming the outcome that won.
+
+``OutcomeRecords`` is what the applier (``controller.apply``) asks of a log; ``OutcomeLog``
+keeps it in Redis, ``MemoryOutcomeLog`` in process memory with the same rules, so the fast
+simulator and the unit tests apply decisions with the controller's own code.
 """
 
 from __future__ import annotations
 
+import collections
+import copy
 import json
-from typing import Any
+import threading
+from typing import Any, Protocol
 
 from loadbalance.decisions import Decision
 from metadata_store.keys import Keys
 
-__all__ = ["OUTCOME_STREAM_MAXLEN", "OutcomeLog"]
+__all__ = ["OUTCOME_STREAM_MAXLEN", "MemoryOutcomeLog", "OutcomeLog", "OutcomeRecords"]
 
 OUTCOME_STREAM_MAXLEN = 100_000
 
@@ -52,6 +59,21 @@ def _stream_entry(d: Decision, outcome: str, reason: str, now_ms: int) -> list[s
     return ["id", d.id, "outcome", outcome, "reason", reason, "kind", d.kind,
             "bundle", d.bundle, "atMs", str(now_ms), "decisionReason", d.reason,
             "source", d.source_broker or "", "destination", d.destination_broker or ""]  # fmt: skip
+
+
+class OutcomeRecords(Protocol):
+    """The outcome log as the applier uses it: read the first outcome, record one, stream one.
+
+    ``record`` is one atomic step: the first real outcome of an id (not ``dry_run``, not
+    ``conflict``) wins the hash; a later one goes to the stream only, as a ``conflict`` naming
+    the winner, and the winner's outcome is returned ('' when this one won).
+    """
+
+    def get(self, decision_id: str) -> dict[str, Any] | None: ...
+
+    def record(self, d: Decision, outcome: str, reason: str, now_ms: int) -> str: ...
+
+    def stream_only(self, d: Decision, outcome: str, reason: str, now_ms: int) -> None: ...
 
 
 class OutcomeLog:
@@ -110,3 +132,51 @@ class OutcomeLog:
         start = "-" if last_id == "-" else f"({last_id}"
         entries = self._r.xrange(self._keys.outcome_stream(), min=start, max="+", count=count)
         return [(i.decode() if isinstance(i, bytes) else i, fields) for i, fields in entries]
+
+
+class MemoryOutcomeLog:
+    """``OutcomeRecords`` in process memory: the record script's rules under one lock.
+
+    Why: the fast simulator applies thousands of decisions through ``controller.apply`` and has
+    no Redis; de-duplication and the first-outcome-wins rule must still be the product's. The
+    stream keeps the newest ``OUTCOME_STREAM_MAXLEN`` entries, as the Redis stream is capped.
+    """
+
+    def __init__(self, maxlen: int = OUTCOME_STREAM_MAXLEN) -> None:
+        self._lock = threading.Lock()
+        self._hash: dict[str, dict[str, Any]] = {}
+        self._stream: collections.deque[dict[str, str]] = collections.deque(maxlen=maxlen)
+
+    def get(self, decision_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            doc = self._hash.get(decision_id)
+            return None if doc is None else copy.deepcopy(doc)
+
+    def record(self, d: Decision, outcome: str, reason: str, now_ms: int) -> str:
+        doc = {"outcome": str(outcome), "reason": reason, "kind": str(d.kind),
+               "bundle": d.bundle, "atMs": now_ms}  # fmt: skip
+        fields = _stream_entry(d, outcome, reason, now_ms)
+        with self._lock:
+            cur = self._hash.get(d.id)
+            first = ""
+            if cur is not None and cur["outcome"] not in ("dry_run", "conflict"):
+                first = cur["outcome"]
+            if not first:
+                self._hash[d.id] = doc
+            else:
+                fields[3] = "conflict"
+                fields += ["race", first]
+            self._append(fields)
+        return first
+
+    def stream_only(self, d: Decision, outcome: str, reason: str, now_ms: int) -> None:
+        with self._lock:
+            self._append(_stream_entry(d, outcome, reason, now_ms))
+
+    def _append(self, fields: list[str]) -> None:
+        self._stream.append({str(k): str(v) for k, v in zip(fields[::2], fields[1::2])})
+
+    def tail(self, n: int) -> list[dict[str, str]]:
+        """The ``n`` newest stream entries, newest first (as ``OutcomeLog.tail``)."""
+        with self._lock:
+            return [dict(e) for e in list(self._stream)[::-1][: max(1, n)]]

@@ -7,11 +7,15 @@ both. One lock makes every method atomic, which is what a Lua script gives ``Red
 racing threads see the same all-or-nothing changes. Nothing here reads a clock unless given one
 (``clock=``, the analogue of ``RedisStore(clock="server")``): it is then read under the lock, so
 a judgement and the action on it share one instant and callers' stale times cannot matter.
+
+The decision outcome log beside it (``outcomes``, a ``MemoryOutcomeLog``) makes it a
+``DecisionStore``, as ``RedisStore`` is: ``controller.apply`` runs unchanged over either.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +25,7 @@ from loadbalance.bundles import BundleRange, NamespaceBundles, topic_namespace
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_history import NamespaceVersion, Recorder, Revocation
 from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
+from metadata_store.outcomes import MemoryOutcomeLog
 
 __all__ = ["MemoryStore"]
 
@@ -46,6 +51,11 @@ class MemoryStore:
         self._leases: dict[str, Lease] = {}
         self._brokers: dict[str, _Broker] = {}
         self._fence = 0  # the last fencing token handed out; only grows
+
+    @functools.cached_property
+    def outcomes(self) -> MemoryOutcomeLog:
+        """How each decision applied to this store ended (``controller.apply`` records here)."""
+        return MemoryOutcomeLog()
 
     # -- brokers -----------------------------------------------------------------------------
     def register_broker(

@@ -3,8 +3,8 @@ the metadata store (Pulsar keeps the same things in ZooKeeper).
 
 Why a ``Protocol``: the policy and the controller should not care whether ownership lives in
 Redis (``metadata_store.ownership_redis.RedisStore``, the product) or in process memory
-(``metadata_store.ownership_memory.MemoryStore``, for unit tests). Both are
-checked by the same contract tests (``tests/integration/test_store_contract.py``), so a
+(``metadata_store.ownership_memory.MemoryStore``, for unit tests and the fast simulator). Both
+are checked by the same contract tests (``tests/integration/test_store_contract.py``), so a
 behaviour written down here is a behaviour both keep.
 
 The contract, in one place:
@@ -39,9 +39,11 @@ current, bad boundaries, a bad name; ``BrokerNotAlive`` and ``InvalidBundle`` ar
 ``Conflict`` (someone else holds it, or a compare-and-set lost).
 
 Not part of this interface: the load snapshot the streaming job writes, preallocations, the
-applier's outcome log, the event outbox and the recovery records. Those are Redis-only key
-families, each with its own repository in this package (``metadata_store.keys`` lists them),
-reached from a ``RedisStore``.
+event outbox and the recovery records. Those are Redis-only key families, each with its own
+repository in this package (``metadata_store.keys`` lists them), reached from a ``RedisStore``.
+The applier's outcome log is the one other family with an in-memory twin: ``DecisionStore``
+is an ownership store that carries one (``outcomes``), so ``controller.apply`` runs the same
+code over Redis and over ``MemoryStore`` (the fast simulator).
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from loadbalance.bundles import NamespaceBundles
 from metadata_store.leases import Lease
+from metadata_store.outcomes import OutcomeRecords
 
-__all__ = ["OwnershipStore"]
+__all__ = ["DecisionStore", "OwnershipStore"]
 
 
 @runtime_checkable
@@ -194,4 +197,18 @@ class OwnershipStore(Protocol):
 
     def lookup_many(self, topics: Sequence[str], now_ms: int) -> list[tuple[str, Lease | None]]:
         """``[lookup(t, now_ms) for t in topics]``, batched; the same answers, in order."""
+        ...
+
+
+@runtime_checkable
+class DecisionStore(OwnershipStore, Protocol):
+    """An ownership store with the decision outcome log beside it: what the applier needs.
+
+    ``RedisStore`` keeps the log in Redis (``OutcomeLog``), ``MemoryStore`` in memory
+    (``MemoryOutcomeLog``); both follow ``OutcomeRecords``' rules.
+    """
+
+    @property
+    def outcomes(self) -> OutcomeRecords:
+        """The outcome log of decisions applied to this store."""
         ...

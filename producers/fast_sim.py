@@ -16,9 +16,18 @@ Per cycle, in this order (what a Pulsar cluster with our controller does):
 3. Every live broker reports (``sim_model.reports_at``) from the bundles it owns now.
 4. Reports are folded with ``loadbalance.view.ingest`` and ``build_view`` makes the view.
 5. ``loadbalance.cycle.step`` decides; its wall time is the policy's compute time.
-6. Decisions are applied to the in-memory ownership map and boundaries: a transfer changes the
-   owner, an unload frees the bundle for the next lookup, a split replaces the parent by unowned
-   children, a merge gives the union to the common owner.
+6. Decisions are applied by the controller's applier (``controller.apply.apply_decision``) to
+   an in-memory ownership store (``metadata_store.ownership_memory.MemoryStore``), with the
+   product's rules: a transfer moves the lease, an unload frees the bundle for the next lookup,
+   a split or merge ends the leases of the bundles it replaces and the new ones start unowned
+   (placed by the next lookup), and a stale decision is rejected, not half-applied.
+
+Ownership lives in that store only; ``owners`` and ``namespaces`` are read back from it after
+every change. A running broker's registration and leases are held as long as it runs (a live
+broker always heartbeats and renews in time, so the simulator skips the renewals); a broker that
+leaves or crashes is not live from that cycle on. A graceful leave releases its leases at once;
+a crashed broker's leases end when its lease TTL has run out (the cycle ``event_schedule``
+gives), as the controller's sweep finds them.
 
 The runner records per-cycle broker usage (the weighted max resource usage the shedders read)
 and every bundle move, so ``producers.scoreboard`` can score balance quality.
@@ -32,11 +41,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadbalance.bundles import BundleRange, NamespaceBundles, bundle_namespace, parse_bundle
+from controller.apply import APPLIED, Outcome, apply_decision
+from loadbalance.bundles import NamespaceBundles
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import CycleState, cycle_rng, ingest_kwargs, step, weights_from_config
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
-from loadbalance.errors import InvalidBundle
 from loadbalance.model import LocalBrokerData
 from loadbalance.placement.pipeline import BrokerSelector
 from loadbalance.view import (
@@ -47,6 +56,7 @@ from loadbalance.view import (
     forget_bundles,
     ingest_many,
 )
+from metadata_store.ownership_memory import MemoryStore
 from producers.scenarios import (
     ADD_BROKERS,
     CRASH,
@@ -60,6 +70,8 @@ from producers.sim_model import reports_at
 MINUTE_MS = 60_000
 OSCILLATION_WINDOW_MS = 30 * MINUTE_MS  # loadBalancerSheddingGracePeriodMinutes' default
 BROKER_DOWN, BROKER_UP, BROKER_CRASH, LEASES_EXPIRE = "down", "up", "crash", "expire"
+# How long a lease or registration runs: longer than any run, as a live broker renews both.
+HELD_MS = 1 << 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +98,7 @@ class SimRun:
     decisions: list[Decision] = field(default_factory=list)
     splits: int = 0
     merges: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
     policy_ms: list[float] = field(default_factory=list)
     view_ms: list[float] = field(default_factory=list)
     displaced: set[str] = field(default_factory=set)
@@ -144,9 +157,9 @@ class FastSim:
         self.rng = random.Random(seed)
         self.keep_reports = keep_reports
         self.tick_ms = scenario.tick_ms
-        self.namespaces: dict[str, NamespaceBundles] = dict(scenario.namespaces)
-        self.owners: dict[str, str] = initial_owners(scenario, self.rng)
         self.live: set[str] = set(scenario.initial_brokers)
+        self.store = MemoryStore()
+        self._setup_store(initial_owners(scenario, self.rng))
         self.load = LoadState()
         self.cycle_state = CycleState()
         self.view: ClusterView | None = None
@@ -165,29 +178,60 @@ class FastSim:
         self.run_data = SimRun(scenario.name, seed, 0)
         self.run_data.event_cycles = sorted(self.schedule)
 
+    # --- the ownership store -------------------------------------------------------------------
+
+    def _setup_store(self, initial: Mapping[str, str]) -> None:
+        """The scenario's namespaces (Pulsar's equal split), brokers and initial leases."""
+        for ns, nb in sorted(self.scenario.namespaces.items()):
+            self.store.create_namespace(ns, len(nb))
+        for broker in sorted(self.live):
+            self.store.register_broker(broker, 0, HELD_MS)
+        for bundle, broker in sorted(initial.items()):
+            self.store.acquire(bundle, broker, 0, HELD_MS)
+        self._read_store(0)
+
+    def _read_store(self, now_ms: int) -> None:
+        """``namespaces`` and ``owners`` (bundle -> broker) as the store has them now."""
+        namespaces: dict[str, NamespaceBundles] = {}
+        owners: dict[str, str] = {}
+        for ns in self.store.list_namespaces():
+            nb = self.store.get_namespace(ns)
+            if nb is not None:
+                namespaces[ns] = nb
+                owners.update(
+                    (b, lease.broker) for b, lease in self.store.owners(ns, now_ms).items()
+                )
+        self.namespaces = namespaces
+        self.owners = owners
+
     # --- events and lookups ------------------------------------------------------------------
 
-    def _apply_events(self, cycle: int) -> None:
+    def _apply_events(self, cycle: int, now_ms: int) -> None:
         for action, name in self.schedule.get(cycle, ()):
             if action == BROKER_UP:
                 self.live.add(name)
+                self.store.register_broker(name, now_ms, HELD_MS)
                 self.run_data.joined[name] = cycle
             elif action in (BROKER_DOWN, BROKER_CRASH):
                 self.live.discard(name)
+                self.store.register_broker(name, now_ms, 0)  # its registration lapses now
                 self.load = forget_brokers(self.load, [name])
                 self.preallocated = {b: m for b, m in self.preallocated.items() if b != name}
                 if action == BROKER_DOWN:
-                    self._free_bundles_of(name)
+                    self._free_bundles_of(name, now_ms)
             elif action == LEASES_EXPIRE and name not in self.live:
-                self._free_bundles_of(name)
+                self._free_bundles_of(name, now_ms)
+        if cycle in self.schedule:
+            self._read_store(now_ms)
 
-    def _free_bundles_of(self, broker: str) -> None:
-        gone = [b for b, o in self.owners.items() if o == broker]
-        for b in gone:
-            del self.owners[b]
-        self.run_data.displaced.update(gone)
+    def _free_bundles_of(self, broker: str, now_ms: int) -> None:
+        """End the broker's leases: released on a graceful leave, run out after a crash."""
+        held = self.store.owned_by(broker, now_ms)
+        for bundle, lease in held.items():
+            self.store.release(bundle, broker, lease.token, now_ms)
+        self.run_data.displaced.update(held)
 
-    def _lookups(self, cycle: int) -> None:
+    def _lookups(self, cycle: int, now_ms: int) -> None:
         if self.view is None or not self.view.brokers:
             return
         unowned = [
@@ -225,6 +269,7 @@ class FastSim:
             dest = selector.select(bundle)
             if dest is None:
                 continue
+            self.store.acquire(bundle, dest, now_ms, HELD_MS)
             self.owners[bundle] = dest
             source = self._unloaded_from.pop(bundle, None)
             if source is not None:
@@ -255,53 +300,42 @@ class FastSim:
         self._history[bundle] = (source, cycle)
         self.run_data.moves.append(Move(cycle, bundle, source, dest, kind, oscillation))
 
-    def _apply(self, d: Decision, cycle: int) -> None:
-        if d.kind == TRANSFER:
-            dest = d.destination_broker
-            if self.owners.get(d.bundle) == d.source_broker and dest in self.live:
-                self.owners[d.bundle] = dest
-                self._record_move(cycle, d.bundle, d.source_broker or "", dest, TRANSFER)
-        elif d.kind == UNLOAD:
-            if d.source_broker and self.owners.get(d.bundle) == d.source_broker:
-                del self.owners[d.bundle]
-                self._unloaded_from[d.bundle] = d.source_broker
-        elif d.kind == SPLIT:
-            ns_name = bundle_namespace(d.bundle)
-            try:
-                self.namespaces[ns_name] = self.namespaces[ns_name].split(
-                    d.bundle, d.split_boundaries
-                )
-            except (InvalidBundle, KeyError):
-                return
-            self.owners.pop(d.bundle, None)
-            self.load = forget_bundles(self.load, [d.bundle])
-            self.run_data.splits += 1
-        elif d.kind == MERGE and d.merge_bundle:
-            self._merge(d.bundle, d.merge_bundle)
+    def apply(self, d: Decision, cycle: int) -> Outcome:
+        """Apply one decision outside ``tick`` (``owners`` and ``namespaces`` follow at once)."""
+        outcome = self._apply(d, cycle)
+        self._read_store(cycle * self.tick_ms)
+        return outcome
 
-    def _merge(self, first: str, second: str) -> None:
-        ns_name = bundle_namespace(first)
-        ns = self.namespaces.get(ns_name)
-        if ns is None or not (ns.contains(first) and ns.contains(second)):
-            return
-        owner = self.owners.get(first)
-        if owner is None or owner != self.owners.get(second):
-            return
-        a, b = sorted((parse_bundle(first), parse_bundle(second)))
-        self.namespaces[ns_name] = ns.merge(a, b)
-        del self.owners[first], self.owners[second]
-        self.owners[BundleRange(ns_name, a.lower, b.upper).name] = owner
-        self.load = forget_bundles(self.load, [first, second])
-        self.run_data.merges += 1
+    def _apply(self, d: Decision, cycle: int) -> Outcome:
+        """Apply one decision with the controller's applier and record what it changed."""
+        now_ms = cycle * self.tick_ms
+        before = self.store.owner(d.bundle, now_ms) if d.kind in (TRANSFER, UNLOAD) else None
+        outcome = apply_decision(self.store, d, now_ms=now_ms, lease_ttl_ms=HELD_MS)
+        run = self.run_data
+        run.outcomes[outcome.outcome] = run.outcomes.get(outcome.outcome, 0) + 1
+        if outcome.outcome != APPLIED:
+            return outcome
+        if d.kind == TRANSFER and before is not None:
+            dest = d.destination_broker or ""
+            self._record_move(cycle, d.bundle, before.broker, dest, TRANSFER)
+        elif d.kind == UNLOAD and before is not None:
+            self._unloaded_from[d.bundle] = before.broker
+        elif d.kind == SPLIT:
+            self.load = forget_bundles(self.load, [d.bundle])
+            run.splits += 1
+        elif d.kind == MERGE:
+            self.load = forget_bundles(self.load, [d.bundle, d.merge_bundle or ""])
+            run.merges += 1
+        return outcome
 
     # --- the loop ------------------------------------------------------------------------------
 
     def tick(self, cycle: int) -> None:
         """Play one cycle of virtual time."""
         now_ms = cycle * self.tick_ms
-        self._apply_events(cycle)
+        self._apply_events(cycle, now_ms)
         t0 = time.perf_counter()
-        self._lookups(cycle)
+        self._lookups(cycle, now_ms)
         lookup_ms = (time.perf_counter() - t0) * 1000.0
         reports, _ = reports_at(
             self.scenario.model, self.namespaces, self.owners, sorted(self.live), now_ms, self.rng
@@ -336,6 +370,8 @@ class FastSim:
         for d in result.decisions:
             run.decisions.append(d)
             self._apply(d, cycle)
+        if result.decisions:
+            self._read_store(now_ms)
         run.cycles = cycle + 1
 
     def run(self, cycles: int | None = None) -> SimRun:

@@ -1,4 +1,5 @@
-"""Applying decisions to real Redis: each kind, idempotency, stale decisions, replay."""
+"""Applying decisions to real Redis: each kind, idempotency, stale decisions, replay; and the
+same applier over ``MemoryStore`` (the fast simulator's store) giving the same outcomes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from controller.apply import (
     outcome_of,
 )
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, make_decision
+from metadata_store.ownership_memory import MemoryStore
 from metadata_store.ownership_redis import RedisStore
+from metadata_store.protocol import DecisionStore
 
 NS = "acme/pay"
 TTL = 30_000
@@ -23,13 +26,21 @@ TTL = 30_000
 
 @pytest.fixture
 def store(fresh_redis: redis.Redis) -> RedisStore:
-    s = RedisStore(fresh_redis, prefix="a")
+    return _seed(RedisStore(fresh_redis, prefix="a"))
+
+
+def _seed(s: DecisionStore) -> DecisionStore:
     s.create_namespace(NS, 4)
     for b in ("b1", "b2"):
         s.register_broker(b, now_ms=0, ttl_ms=10**9)
     for i, name in enumerate(s.get_namespace(NS).bundle_names):
         s.acquire(name, "b1" if i < 3 else "b2", now_ms=0, ttl_ms=10**9)
     return s
+
+
+def _state(s: DecisionStore) -> tuple:
+    nb = s.get_namespace(NS)
+    return nb.boundaries, nb.version, {b: x.broker for b, x in s.owners(NS, now_ms=50).items()}
 
 
 def _dump(client: redis.Redis) -> dict:
@@ -130,3 +141,40 @@ def test_replaying_a_decision_stream_twice_gives_the_same_state(store, fresh_red
     for i, d in enumerate(stream):
         assert apply_decision(store, d, now_ms=20 + i, lease_ttl_ms=10**9).outcome == DUPLICATE
     assert _dump(fresh_redis) == once
+
+
+def test_memory_store_gives_the_same_outcomes_and_ownership_as_redis(store) -> None:
+    """The fast simulator applies with this applier over ``MemoryStore``: every outcome, reason
+    and the resulting ownership must be the product's, including a merge of differently owned
+    bundles (rejected), the merged bundle starting unowned, replays and a dry run."""
+    memory = _seed(MemoryStore())
+    b = [_b(store, i) for i in range(4)]
+    merged = f"{NS}/0x00000000_0x80000000"
+    stream = [
+        make_decision(cycle="1", kind=MERGE, bundle=b[2], merge_bundle=b[3], source_broker=None),
+        make_decision(cycle="1", kind=MERGE, bundle=b[0], merge_bundle=b[1], source_broker=None),
+        make_decision(cycle="2", kind=TRANSFER, bundle=merged, source_broker="b1",
+                      destination_broker="b2"),
+        make_decision(cycle="2", kind=TRANSFER, bundle=b[2], source_broker="b1",
+                      destination_broker="b2"),
+        make_decision(cycle="3", kind=SPLIT, bundle=b[3], source_broker="b2",
+                      split_boundaries=(0xE0000000,)),
+        make_decision(cycle="3", kind=UNLOAD, bundle=b[2], source_broker="b1"),
+        make_decision(cycle="4", kind=MERGE, bundle=b[0], merge_bundle=b[1], source_broker=None),
+    ]  # fmt: skip
+    runs = []
+    for s in (store, memory):
+        dry = apply_decision(s, stream[3], now_ms=9, lease_ttl_ms=TTL, dry_run=True)
+        got = [(dry.outcome, dry.reason)]
+        for i, d in enumerate([*stream, *stream[:3]]):
+            res = apply_decision(s, d, now_ms=10 + i, lease_ttl_ms=TTL)
+            got.append((res.outcome, res.reason))
+            if i == 1:
+                got.append(("merged owner", s.owner(merged, now_ms=10 + i)))
+        runs.append((got, _state(s), [outcome_of(s, d.id) for d in stream]))
+    assert runs[0] == runs[1]
+    outcomes = [o for o, _ in runs[1][0]]
+    assert outcomes == [DRY_RUN, REJECTED, APPLIED, "merged owner", APPLIED, APPLIED, APPLIED,
+                        REJECTED, ALREADY_SATISFIED, DUPLICATE, DUPLICATE, DUPLICATE]  # fmt: skip
+    assert runs[1][0][3] == ("merged owner", None), "a merged bundle starts unowned"
+    assert runs[1][1][2][merged] == "b2", "a transfer of an unowned bundle acquires it"

@@ -1,4 +1,5 @@
-"""Fast mode: the closed loop is deterministic, moves and splits move traffic, no herding."""
+"""Fast mode: the closed loop is deterministic, moves and splits move traffic, no herding, and
+decisions are applied by the controller's applier with the ownership store's rules."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import random
 
 import pytest
 
-from loadbalance.decisions import SPLIT, make_decision
+from controller.apply import APPLIED, DUPLICATE, REJECTED
+from loadbalance.bundles import BundleRange, parse_bundle
+from loadbalance.decisions import MERGE, SPLIT, TRANSFER, make_decision
 from producers.fast_sim import FastSim, make_config, simulate
 from producers.scenarios import load_scenario
 from producers.scoreboard import PAIRS
@@ -40,7 +43,7 @@ def test_a_transfer_moves_the_bundles_traffic_to_the_destination() -> None:
     src, dst = "broker-00", "broker-01"
     bundle = max(before[src].last_stats, key=lambda b: before[src].last_stats[b].msg_rate)
     rate = before[src].last_stats[bundle].msg_rate
-    sim._apply(
+    sim.apply(
         make_decision(
             cycle="t", kind="transfer", bundle=bundle, source_broker=src, destination_broker=dst
         ),
@@ -115,3 +118,62 @@ def test_runner_draws_randomness_only_from_its_seeded_generator() -> None:
     random.seed(456)
     b = simulate(load_scenario("rolling_restart", 0), OURS, seed=0, cycles=20)
     assert a.usage == b.usage and a.moves == b.moves
+
+
+def _same_owner_pair(sim: FastSim) -> tuple[str, str, str]:
+    """Two adjacent bundles of one namespace, both moved onto one broker through the applier."""
+    ns = sorted(sim.namespaces)[0]
+    first, second = sim.namespaces[ns].bundle_names[:2]
+    owner = sim.owners[first]
+    if sim.owners[second] != owner:
+        src = sim.owners[second]
+        move = make_decision(cycle="t", kind=TRANSFER, bundle=second, source_broker=src,
+                             destination_broker=owner)  # fmt: skip
+        assert sim.apply(move, 0).outcome == APPLIED
+    return ns, first, second
+
+
+def test_a_merged_bundle_starts_unowned_and_is_placed_by_the_next_lookup() -> None:
+    sim = _sim("steady")
+    sim.tick(0)
+    ns, first, second = _same_owner_pair(sim)
+    merge = make_decision(cycle="t", kind=MERGE, bundle=first, merge_bundle=second,
+                          source_broker=sim.owners[first])  # fmt: skip
+    assert sim.apply(merge, 0).outcome == APPLIED
+    merged = BundleRange(ns, parse_bundle(first).lower, parse_bundle(second).upper).name
+    assert sim.namespaces[ns].contains(merged)
+    assert merged not in sim.owners, "the store contract: a merged bundle starts unowned"
+    assert first not in sim.owners and second not in sim.owners
+    assert sim.run_data.merges == 1
+    assert sim.store.outcomes.get(merge.id)["outcome"] == APPLIED
+    sim.tick(1)
+    assert merged in sim.owners, "the lookup of the next cycle places it"
+
+
+def test_decisions_keep_the_appliers_rules_duplicates_and_stale_owners() -> None:
+    sim = _sim("steady")
+    sim.tick(0)
+    ns = sorted(sim.namespaces)[0]
+    first, second = sim.namespaces[ns].bundle_names[:2]
+    if sim.owners[first] == sim.owners[second]:
+        second = next(
+            b for b in sim.namespaces[ns].bundle_names if sim.owners[b] != sim.owners[first]
+        )
+        first = sim.namespaces[ns].bundle_names[sim.namespaces[ns].bundle_names.index(second) - 1]
+    merge = make_decision(cycle="t", kind=MERGE, bundle=first, merge_bundle=second,
+                          source_broker=sim.owners[first])  # fmt: skip
+    version = sim.namespaces[ns].version
+    assert sim.apply(merge, 0).outcome == REJECTED, "the bundles have different owners"
+    assert sim.namespaces[ns].version == version and sim.run_data.merges == 0
+    src = sim.owners[first]
+    dst = next(b for b in sorted(sim.live) if b != src)
+    move = make_decision(cycle="t", kind=TRANSFER, bundle=first, source_broker=src,
+                         destination_broker=dst)  # fmt: skip
+    assert sim.apply(move, 0).outcome == APPLIED
+    moves = len(sim.run_data.moves)
+    assert sim.apply(move, 0).outcome == DUPLICATE
+    assert sim.owners[first] == dst and len(sim.run_data.moves) == moves
+    stale = make_decision(cycle="u", kind=TRANSFER, bundle=first, source_broker=src,
+                          destination_broker=src)  # fmt: skip
+    assert sim.apply(stale, 0).outcome == REJECTED, "the owner changed since the decision"
+    assert sim.owners[first] == dst
