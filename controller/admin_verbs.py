@@ -44,7 +44,6 @@ from loadbalance.values import DecisionReason, OutcomeKind
 from metadata_store.leases import BrokerNotAlive
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
-from streaming.snapshot_docs import read_bundle_docs
 
 Rows = list[dict[str, Any]]
 BUNDLE_TYPES = ("LARGEST", "HOT")
@@ -227,7 +226,7 @@ def pick_bundle(store: RedisStore, ns: str, bundle_type: str) -> str:
     highest long-term throughput among bundles with topics (HOT), from the load snapshot."""
 
     nb = require_namespace(store, ns)
-    docs = read_bundle_docs(store.load_snapshot)
+    docs = store.load_snapshot.read().bundle_docs()
     best, best_value = None, -1.0
     for name in nb.bundle_names:
         doc = docs.get(name)
@@ -457,7 +456,8 @@ def stored_report(store: RedisStore, broker: str | None) -> tuple[str, dict[str,
     """The broker's last report as the streaming job stored it, with its ``lastStats`` put
     back from the bundle state (the last sample of each reported bundle this broker sent)."""
 
-    raw = store.load_snapshot.broker_docs_raw()
+    snapshot = store.load_snapshot.read()
+    raw = snapshot.brokers_raw
     if broker is None:
         if not raw:
             raise InvalidInput("broker", "no broker has a load report in the snapshot")

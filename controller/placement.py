@@ -12,10 +12,10 @@ Every lease granted here is an ownership change, so it comes back as an ``assign
 ``OwnershipEvent`` (``assign_with_event``, ``lookup_assign_event``); ``lookup_and_assign`` with a
 publisher and the control loop's sweep put them on the ownership-events topic.
 
-Snapshot keys (prefix ``P``): ``P:load:brokers`` (broker -> JSON ``{"report": LocalBrokerData,
-"historyUsage", "msgThroughputEma", "updatedAtMs"}``), ``P:load:shards`` (state shard -> blob
-of its bundles' averages, read as documents ``{"shortTerm", "longTerm", "topics", ...}`` through
-``streaming.snapshot_docs``), ``P:prealloc:<broker>`` (bundle -> JSON averages).
+The load snapshot is read through its one reader (``metadata_store.load_snapshot``, format in
+``docs/snapshot-format.md``), which yields the ``ClusterView`` with the rules of ``lbctl
+decide``; preallocations (``P:prealloc:<broker>``, bundle -> JSON averages) are read with the
+same parser's ``bundleData`` rules.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import cycle_rng, weights_from_config
 from loadbalance.errors import Conflict
 from loadbalance.placement.pipeline import BrokerSelector
-from loadbalance.snapshot import parse_snapshot
+from loadbalance.snapshot import bundle_data_from_document
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 from metadata_store.leases import Lease
+from metadata_store.load_snapshot import shards_from_docs
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
-from streaming.snapshot_docs import blobs_from_docs, read_bundle_docs
 
 
 def _avg_doc(t: Any) -> dict[str, float]:
@@ -62,31 +62,27 @@ def bundle_data_doc(d: BundleData) -> dict[str, Any]:
 def put_load_snapshot(
     store: RedisStore, brokers: dict[str, dict[str, Any]], bundles: dict[str, BundleData]
 ) -> None:
-    """Replace the snapshot (what the streaming job calls after each batch)."""
+    """Replace the snapshot with these brokers and bundles (tools and tests; the streaming job
+    writes it with its progress)."""
     docs = {b: bundle_data_doc(d) for b, d in bundles.items()}
     store.load_snapshot.replace(
-        {b: json.dumps(v) for b, v in brokers.items()}, blobs_from_docs(docs) if docs else {}
+        {b: json.dumps(v) for b, v in brokers.items()}, shards_from_docs(docs) if docs else {}
     )
 
 
 def load_view(store: RedisStore, config: LoadBalancerConfig, now_ms: int) -> ClusterView | None:
     """The snapshot as a ``ClusterView`` of live brokers, with the recorded preallocations."""
     live = set(store.live_brokers(now_ms))
-    raw_brokers = store.load_snapshot.broker_docs()
-    brokers = {b: v for b, v in raw_brokers.items() if b in live}
-    if not brokers:
+    data = store.load_snapshot.read()
+    snap = data.snapshot(now_ms, weights_from_config(config), brokers=live)
+    if snap is None:
         return None
-    bundles = read_bundle_docs(store.load_snapshot)
-    snap = parse_snapshot(
-        json.dumps({"nowMs": now_ms, "brokers": brokers, "bundleData": bundles}),
-        weights_from_config(config),
-    )
     pre: dict[str, dict[str, BundleData]] = {}
-    for b in brokers:
-        entries = store.preallocations.of(b)
+    for b in data.brokers:
+        entries = store.preallocations.of(b) if b in live else None
         if entries:
-            parsed = parse_snapshot(json.dumps({"brokers": {b: brokers[b]}, "bundleData": entries}))
-            pre[b] = {k: parsed.view.bundle(k) for k in entries}
+            known = bundle_data_from_document(entries)
+            pre[b] = {k: known.get(k, BundleData.new()) for k in entries}
     return replace(snap.view, preallocated=MappingProxyType(pre))
 
 

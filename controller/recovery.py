@@ -58,7 +58,6 @@ from loadbalance.config import ConfigError
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from metadata_store.leases import BrokerNotAlive
 from metadata_store.ownership_redis import RedisStore
-from streaming.snapshot_docs import read_bundle_docs
 
 log = logging.getLogger("lbctl.recovery")
 
@@ -81,8 +80,7 @@ def claims_from_snapshot(store: RedisStore, now_ms: int) -> dict[str, list[str]]
     the loss, keeping only brokers registered and live again."""
     live = set(store.live_brokers(now_ms))
     claims: dict[str, list[str]] = {}
-    for bundle, doc in read_bundle_docs(store.load_snapshot).items():
-        broker = doc.get("broker")
+    for bundle, broker in store.load_snapshot.read().owners().items():
         if broker in live:
             claims.setdefault(broker, []).append(bundle)
     return {b: sorted(v) for b, v in sorted(claims.items())}

@@ -285,6 +285,15 @@ def _section(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
     return {} if value is None else _object(value, f"{ROOT}.{key}")
 
 
+def bundle_data_from_document(
+    section: Mapping[str, Any], path: str = f"{ROOT}.bundleData"
+) -> dict[str, BundleData]:
+    """A ``bundleData`` section (bundle -> ``{"shortTerm", "longTerm", "topics"}``) as canonical
+    bundle name -> ``BundleData``, with every rule of the snapshot; placement reads the recorded
+    preallocations with it too."""
+    return {name: _bundle_data(bd, p) for name, (p, bd) in _bundle_map(section, path).items()}
+
+
 def snapshot_from_document(
     doc: Mapping[str, Any],
     config_overrides: Mapping[str, str],
@@ -297,9 +306,7 @@ def snapshot_from_document(
     if not isinstance(raw_brokers, dict) or not raw_brokers:
         raise _fail(path, "must be a non-empty object of broker -> {report}")
 
-    bundles: dict[str, BundleData] = {}
-    for name, (p, bd) in _bundle_map(_section(doc, "bundleData"), f"{ROOT}.bundleData").items():
-        bundles[name] = _bundle_data(bd, p)
+    bundles = bundle_data_from_document(_section(doc, "bundleData"))
 
     reports = {}
     for broker in sorted(raw_brokers):

@@ -31,12 +31,14 @@ key                      type    fields / format                          reposi
                                  topics}``
 ``P:recovery:last``      string  JSON ``RecoveryReport`` (last rebuild)   ``RecoveryState``
 ``P:recovery-log``       stream  ``report`` (JSON); capped near 1,000     ``RecoveryState``
+``P:load:version``       string  load snapshot format version (``1``;    ``LoadSnapshot``
+                                 absent reads as 1)
 ``P:load:brokers``       hash    broker -> JSON ``{report, historyUsage,  ``LoadSnapshot``
                                  msgThroughputEma, updatedAtMs}``
-``P:load:shards``        hash    state shard ``s:<n>`` -> ``LBS1`` blob   ``LoadSnapshot``
-                                 of that shard's bundle averages
+``P:load:shards``        hash    bundle shard ``s:<n>`` -> bundle-shard   ``LoadSnapshot``
+                                 record (``LBS1``, binary columns)
 ``P:stream:progress``    hash    ``batch``, ``now_ms``, ``cycle_state``   ``RedisProgress``
-                                 (pickled ``CycleState``, base64),
+                                 (versioned JSON ``CycleState``),
                                  ``cycle_pending`` (0/1)
 ``P:stream:pending``     hash    ``batch``, ``namespaces`` (JSON          ``RedisProgress``
                                  ``{ns: [boundary, ...]}``)
@@ -46,9 +48,9 @@ Repositories: ``RedisStore`` (``ownership_redis``, the ``OwnershipStore`` of
 ``protocol``), ``OutcomeLog`` (``outcomes``), ``EventOutbox`` (``outbox``),
 ``Preallocations`` (``placement_state``), ``RecoveryState`` (``recovery_state``),
 ``LoadSnapshot`` (``load_snapshot``, written by the streaming job through
-``RedisProgress.commit``), ``RedisProgress`` (``progress``). The layouts of the
-``LBS1`` blob and of the broker documents are ``streaming.snapshot_docs`` and
-``streaming.driver_view``.
+``RedisProgress.commit``), ``RedisProgress`` (``progress``, the cycle state's JSON in
+``cycle_state``). The load snapshot is a published format (``docs/snapshot-format.md``), its
+layout and its one reader in ``load_snapshot``.
 
 The ownership Lua scripts name two families from inside Redis, where a key cannot be passed in
 advance: ``P:owned:<broker>`` (the holder read from a lease) and ``P:broker:<id>`` (the live
@@ -129,6 +131,9 @@ class Keys:
         return self._k("recovery-log")
 
     # -- streaming job -----------------------------------------------------------------------
+    def load_version(self) -> str:
+        return self._k("load:version")
+
     def load_brokers(self) -> str:
         return self._k("load:brokers")
 

@@ -1,21 +1,323 @@
-"""The load snapshot the streaming job commits and placement, recovery and the CLI read:
-``P:load:brokers`` (broker -> JSON document) and ``P:load:shards`` (state shard -> ``LBS1``
-blob of that shard's bundle averages).
+"""The load snapshot: the published, versioned format in which the streaming job leaves the
+averaged cluster in Redis, and the one reader that turns it into the core's ``ClusterView``.
 
-This repository moves the stored values as they are; what is inside them is written down with
-their writers (``streaming.driver_view`` for the broker documents, ``streaming.snapshot_docs``
-for the blobs).
+Written by the streaming job (with its progress, ``metadata_store.progress``); read by
+placement, recovery, the command line (``broker load-report``, ``broker-stats load-report``,
+``monitor``) and anyone's script. The format is documented in ``docs/snapshot-format.md``
+("Load snapshot in Redis"); in short, under the key prefix ``P``:
+
+* ``P:load:version``: the format version (``1``); absent on a snapshot that predates it, which
+  reads as 1. A reader refuses any other version instead of guessing.
+* ``P:load:brokers``: broker -> JSON, exactly the ``brokers`` entry of the snapshot that
+  ``lbctl decide`` reads (``{"report", "historyUsage", "msgThroughputEma", "updatedAtMs"}``;
+  the report without ``lastStats``, which the bundle records hold).
+* ``P:load:shards``: bundle shard (``s:<n>``) -> one **bundle-shard record**, the columns of
+  every bundle of that shard in little-endian binary (layout below and in the doc).
+
+Why binary columns and not one JSON document per bundle: the job rewrites every shard in every
+micro-batch (a batch's reports touch all of them). Formatting 100,000 bundles as the
+``bundleData`` documents of ``lbctl decide`` costs about 150 times what packing the columns
+does, and columnar JSON still about 30 times (``docs/benchmarks.md``, streaming job), which
+would more than double a batch. So the bundle half is published as columns, and this module,
+not the job, owns their layout: the streaming job's shard state is encoded and decoded here
+(``encode_bundle_shard``, ``decode_bundle_shard``), and readers get documents
+(``LoadSnapshotData.bundle_docs``) or a ``ClusterView`` (``LoadSnapshotData.snapshot``),
+never bytes.
+
+Bundle-shard record, version 1 (all integers little-endian)::
+
+    magic  b"LBS1"                     4 bytes
+    n      u32   bundles in the record
+    nl     u32   bytes of the names block
+    ol     u32   bytes of the owners block
+    names  nl bytes  UTF-8 bundle names joined by "\\n"
+    owners ol bytes  UTF-8 last reporting broker per bundle, joined by "\\n"
+    short_n     i64[n]      short-term numSamples
+    short_avg   f64[n, 4]   short-term msgThroughputIn, msgThroughputOut, msgRateIn, msgRateOut
+    long_n      i64[n]      long-term numSamples
+    long_avg    f64[n, 4]   long-term, same columns
+    last_values f64[n, 4]   the last sample, same columns
+    last_counts i64[n, 3]   the last sample's topics, consumerCount, producerCount
+    last_seen   i64[n]      event time (epoch ms) of the last sample
 """
 
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import numpy as np
+
+from loadbalance.errors import InvalidInput
+from loadbalance.report_columns import COUNT_FIELDS, VALUE_FIELDS
+from loadbalance.snapshot import Snapshot, snapshot_from_document
+from loadbalance.time_average import DEFAULT_MESSAGE_RATE, DEFAULT_MESSAGE_THROUGHPUT
+from loadbalance.view import UsageWeights
 from metadata_store.keys import Keys
 
-__all__ = ["LoadSnapshot"]
+__all__ = [
+    "LOAD_SNAPSHOT_VERSION",
+    "BundleShard",
+    "LoadSnapshot",
+    "LoadSnapshotData",
+    "decode_bundle_shard",
+    "encode_bundle_shard",
+    "shard_bundle_count",
+    "shard_key",
+    "shards_from_docs",
+]
+
+LOAD_SNAPSHOT_VERSION = 1
+"""The version of the stored format this module writes and the only one it reads."""
+
+_SHARD_MAGIC = b"LBS1"
+_HEAD = struct.Struct("<4sIII")
+_SEP = "\n"  # bundle names and broker ids are printable: a newline never occurs in them
+DEFAULT_DOC_SHARDS = 32
+_FRESH = np.array([DEFAULT_MESSAGE_THROUGHPUT] * 2 + [DEFAULT_MESSAGE_RATE] * 2)
+"""A bundle without samples: Pulsar's defaults, in the record's column order."""
+
+
+def shard_key(shard: int) -> str:
+    """The ``P:load:shards`` field of bundle shard ``shard``."""
+    return f"s:{shard}"
+
+
+@dataclass
+class BundleShard:
+    """The columns of one bundle-shard record (see the module docstring for their meaning)."""
+
+    names: list[str] = field(default_factory=list)
+    owners: list[str] = field(default_factory=list)
+    short_n: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    short_avg: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+    long_n: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    long_avg: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+    last_values: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+    last_counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
+    last_seen_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+def _join(names: list[str]) -> bytes:
+    return _SEP.join(names).encode()
+
+
+def _split(raw: bytes) -> list[str]:
+    return raw.decode().split(_SEP) if raw else []
+
+
+def encode_bundle_shard(s: BundleShard) -> bytes:
+    """One bundle-shard record."""
+    names, owners = _join(s.names), _join(s.owners)
+    arrays = (
+        s.short_n.astype("<i8"),
+        s.short_avg.astype("<f8"),
+        s.long_n.astype("<i8"),
+        s.long_avg.astype("<f8"),
+        s.last_values.astype("<f8"),
+        s.last_counts.astype("<i8"),
+        s.last_seen_ms.astype("<i8"),
+    )
+    head = _HEAD.pack(_SHARD_MAGIC, len(s.names), len(names), len(owners))
+    return b"".join([head, names, owners, *(np.ascontiguousarray(a).tobytes() for a in arrays)])
+
+
+def shard_bundle_count(raw: bytes) -> int:
+    """Bundles in a record, from its header, without decoding it."""
+    return struct.unpack_from("<I", raw, 4)[0] if raw else 0
+
+
+def decode_bundle_shard(raw: bytes) -> BundleShard:
+    """The columns of a record; ``InvalidInput`` if it is not a version-1 record or is cut."""
+    if len(raw) < _HEAD.size:
+        raise InvalidInput("load snapshot", "a bundle-shard record shorter than its header")
+    magic, n, names_len, owners_len = _HEAD.unpack_from(raw)
+    if magic != _SHARD_MAGIC:
+        raise InvalidInput(
+            "load snapshot", f"not a version-1 bundle-shard record (magic {magic!r})"
+        )
+    pos = _HEAD.size
+    need = pos + names_len + owners_len + n * 8 * 18  # 18 eight-byte columns
+    if len(raw) != need:
+        raise InvalidInput(
+            "load snapshot", f"a bundle-shard record of {len(raw)} bytes, expected {need}"
+        )
+    names = _split(raw[pos : pos + names_len])
+    pos += names_len
+    owners = _split(raw[pos : pos + owners_len]) if n else []
+    pos += owners_len
+    if len(owners) < n:  # every owner empty and joined to nothing
+        owners = [""] * n
+    if len(names) != n or len(owners) != n:
+        raise InvalidInput("load snapshot", f"a bundle-shard record of {n} bundles names others")
+
+    def take(dtype: str, width: int) -> np.ndarray:
+        nonlocal pos
+        count = n * width
+        arr = np.frombuffer(raw, dtype=dtype, count=count, offset=pos).copy()
+        pos += count * 8
+        return arr.reshape(n, width) if width > 1 else arr
+
+    return BundleShard(
+        names=names,
+        owners=owners,
+        short_n=take("<i8", 1),
+        short_avg=take("<f8", 4),
+        long_n=take("<i8", 1),
+        long_avg=take("<f8", 4),
+        last_values=take("<f8", 4),
+        last_counts=take("<i8", 3),
+        last_seen_ms=take("<i8", 1),
+    )
+
+
+# The record's float columns are ``TimeAverageMessageData.update_values`` order, which is the
+# order of the report's field names in ``VALUE_FIELDS``.
+_COLUMN_KEYS = VALUE_FIELDS
+
+
+def _averages_doc(values: list[float], n: int) -> dict[str, Any]:
+    return {**dict(zip(_COLUMN_KEYS, values, strict=True)), "numSamples": n}
+
+
+def shard_docs(s: BundleShard, *, full: bool = True) -> dict[str, dict[str, Any]]:
+    """Every bundle of a record as a document: the ``bundleData`` entry of ``lbctl decide``
+    (``shortTerm``, ``longTerm``, ``topics``), and with ``full`` also ``broker`` (the last
+    reporter), ``lastStats`` (its last sample, the report's field names) and ``updatedAtMs``."""
+    out: dict[str, dict[str, Any]] = {}
+    rows = zip(
+        s.names,
+        s.owners,
+        s.short_avg.tolist(),
+        s.short_n.tolist(),
+        s.long_avg.tolist(),
+        s.long_n.tolist(),
+        s.last_values.tolist(),
+        s.last_counts.tolist(),
+        s.last_seen_ms.tolist(),
+        strict=True,
+    )
+    for name, owner, sa, sn, la, ln, lv, c, t in rows:
+        doc: dict[str, Any] = {
+            "shortTerm": _averages_doc(sa, sn),
+            "longTerm": _averages_doc(la, ln),
+            "topics": c[0],
+        }
+        if full:
+            doc["broker"] = owner
+            doc["lastStats"] = {
+                **dict(zip(_COLUMN_KEYS, lv, strict=True)),
+                **dict(zip(COUNT_FIELDS, c, strict=True)),
+            }
+            doc["updatedAtMs"] = t
+        out[name] = doc
+    return out
+
+
+def shards_from_docs(
+    docs: Mapping[str, Mapping[str, Any]], n_shards: int = DEFAULT_DOC_SHARDS
+) -> dict[str, bytes]:
+    """Records holding ``docs`` (documents as ``shard_docs`` gives them), for tools and tests
+    that write a snapshot themselves. Missing fields take the values a fresh bundle has."""
+    by_shard: dict[int, list[str]] = {}
+    for name in docs:
+        by_shard.setdefault(zlib.crc32(name.encode()) % n_shards, []).append(name)
+    out: dict[str, bytes] = {}
+    for shard, names in sorted(by_shard.items()):
+        n = len(names)
+        s = BundleShard(
+            names=list(names),
+            owners=[""] * n,
+            short_n=np.zeros(n, dtype=np.int64),
+            short_avg=np.tile(_FRESH, (n, 1)),
+            long_n=np.zeros(n, dtype=np.int64),
+            long_avg=np.tile(_FRESH, (n, 1)),
+            last_values=np.zeros((n, 4)),
+            last_counts=np.zeros((n, 3), dtype=np.int64),
+            last_seen_ms=np.zeros(n, dtype=np.int64),
+        )
+        for i, name in enumerate(names):
+            doc = docs[name]
+            for arr, num, d in ((s.short_avg, s.short_n, doc.get("shortTerm") or {}),
+                                (s.long_avg, s.long_n, doc.get("longTerm") or {})):  # fmt: skip
+                arr[i] = [float(d.get(k, arr[i, j])) for j, k in enumerate(_COLUMN_KEYS)]
+                num[i] = int(d.get("numSamples", 0))
+            last = doc.get("lastStats") or {}
+            s.last_values[i] = [float(last.get(k, 0.0)) for k in _COLUMN_KEYS]
+            s.last_counts[i] = [
+                int(last.get("topics", doc.get("topics", 0))),
+                int(last.get("consumerCount", 0)),
+                int(last.get("producerCount", 0)),
+            ]
+            s.owners[i] = str(doc.get("broker") or "")
+            s.last_seen_ms[i] = int(doc.get("updatedAtMs", 0))
+        out[shard_key(shard)] = encode_bundle_shard(s)
+    return out
+
+
+@dataclass(frozen=True)
+class LoadSnapshotData:
+    """One consistent read of the snapshot: broker documents and bundle-shard records."""
+
+    brokers_raw: Mapping[str, bytes]
+    shards: Mapping[str, bytes]
+
+    @cached_property
+    def brokers(self) -> dict[str, dict[str, Any]]:
+        """broker -> its document, parsed."""
+        return {b: json.loads(v) for b, v in self.brokers_raw.items()}
+
+    def bundle_docs(self, *, full: bool = True) -> dict[str, dict[str, Any]]:
+        """bundle -> document (``shard_docs``). A bundle found in two records (the job ran
+        with another shard count before) keeps the one with the newest ``updatedAtMs``."""
+        out: dict[str, dict[str, Any]] = {}
+        seen: dict[str, int] = {}
+        for raw in self.shards.values():
+            s = decode_bundle_shard(bytes(raw))
+            docs = shard_docs(s, full=full)
+            for name, t in zip(s.names, s.last_seen_ms.tolist(), strict=True):
+                if name not in seen or t >= seen[name]:
+                    seen[name] = t
+                    out[name] = docs[name]
+        return out
+
+    def owners(self) -> dict[str, str]:
+        """bundle -> the broker that last reported it (same rule as ``bundle_docs``)."""
+        out: dict[str, str] = {}
+        seen: dict[str, int] = {}
+        for raw in self.shards.values():
+            s = decode_bundle_shard(bytes(raw))
+            for name, owner, t in zip(s.names, s.owners, s.last_seen_ms.tolist(), strict=True):
+                if name not in seen or t >= seen[name]:
+                    seen[name], out[name] = t, owner
+        return out
+
+    def snapshot(
+        self,
+        now_ms: int | None = None,
+        weights: UsageWeights | None = None,
+        *,
+        brokers: Iterable[str] | None = None,
+    ) -> Snapshot | None:
+        """The snapshot as the core's ``Snapshot`` (its ``view`` a ``ClusterView``), through
+        the parser of ``lbctl decide`` (``loadbalance.snapshot.snapshot_from_document``) with
+        its every rule; ``brokers`` keeps only those (placement keeps the live ones). None when
+        no broker is left."""
+        keep = set(self.brokers) if brokers is None else set(brokers) & set(self.brokers)
+        if not keep:
+            return None
+        doc: dict[str, Any] = {
+            "brokers": {b: self.brokers[b] for b in sorted(keep)},
+            "bundleData": self.bundle_docs(full=False),
+        }
+        if now_ms is not None:
+            doc["nowMs"] = now_ms
+        return snapshot_from_document(doc, {}, weights)
 
 
 class LoadSnapshot:
@@ -25,29 +327,38 @@ class LoadSnapshot:
         self._r = client
         self._keys = Keys(prefix)
 
+    def read(self) -> LoadSnapshotData:
+        """The whole snapshot in one transaction (never half of one batch's commit); an
+        unknown version is refused."""
+        pipe = self._r.pipeline(transaction=True)
+        pipe.get(self._keys.load_version())
+        pipe.hgetall(self._keys.load_brokers())
+        pipe.hgetall(self._keys.load_shards())
+        version, brokers, shards = pipe.execute()
+        _check_version(version)
+        return LoadSnapshotData(
+            {k.decode(): v for k, v in brokers.items()}, {k.decode(): v for k, v in shards.items()}
+        )
+
+    def version(self) -> int:
+        """The stored format version (1 when absent)."""
+        raw = self._r.get(self._keys.load_version())
+        return _check_version(raw)
+
     def broker_docs_raw(self) -> dict[str, bytes]:
         """broker -> its stored JSON document, unparsed."""
+        _check_version(self._r.get(self._keys.load_version()))
         return {k.decode(): v for k, v in self._r.hgetall(self._keys.load_brokers()).items()}
 
-    def broker_docs(self) -> dict[str, Any]:
-        """broker -> its document, parsed."""
-        return {b: json.loads(v) for b, v in self.broker_docs_raw().items()}
-
-    def broker_doc_raw(self, broker: str) -> bytes | None:
-        return self._r.hget(self._keys.load_brokers(), broker)
-
-    def shard_blobs(self) -> dict[str, bytes]:
-        """state shard key -> its blob."""
-        return {k.decode(): v for k, v in self._r.hgetall(self._keys.load_shards()).items()}
-
     def replace(self, brokers: Mapping[str, str], shards: Mapping[str, bytes]) -> None:
-        """Replace the whole snapshot, atomically: broker -> JSON text, shard -> blob."""
+        """Replace the whole snapshot, atomically: broker -> JSON text, shard -> record."""
         pipe = self._r.pipeline(transaction=True)
         pipe.delete(self._keys.load_brokers(), self._keys.load_shards())
         if brokers:
             pipe.hset(self._keys.load_brokers(), mapping=dict(brokers))
         if shards:
             pipe.hset(self._keys.load_shards(), mapping=dict(shards))
+        pipe.set(self._keys.load_version(), LOAD_SNAPSHOT_VERSION)
         pipe.execute()
 
     def stage_changes(
@@ -71,3 +382,16 @@ class LoadSnapshot:
             pipe.hdel(skey, *gone)
         if shards:
             pipe.hset(skey, mapping=dict(shards))
+        pipe.set(self._keys.load_version(), LOAD_SNAPSHOT_VERSION)
+
+
+def _check_version(raw: bytes | str | None) -> int:
+    if raw is None:
+        return LOAD_SNAPSHOT_VERSION
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    if text != str(LOAD_SNAPSHOT_VERSION):
+        raise InvalidInput(
+            "load snapshot",
+            f"stored format version {text!r}; this reader knows only {LOAD_SNAPSHOT_VERSION}",
+        )
+    return LOAD_SNAPSHOT_VERSION

@@ -8,9 +8,8 @@ snapshot (``metadata_store.load_snapshot``), the cross-cycle ``CycleState``, the
 id of the completed batch, so the view, the policy state and the batch id always agree, which is
 what makes a replayed batch exact (``streaming.decide``).
 
-The cycle state is stored as text that the job's codec makes (``CycleStateCodec``; the streaming
-job passes its own): this repository moves it, the job decides its format. Readers that only
-want the batch id or the clock (``lbctl health``, ``lbctl monitor``) need no codec.
+The cycle state is stored as versioned JSON (``metadata_store.cycle_state``); a document of
+another version is refused when read, so a job never continues from a state it misreads.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import redis
 
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.cycle import CycleState
+from metadata_store.cycle_state import CycleStateJson
 from metadata_store.keys import Keys
 from metadata_store.load_snapshot import LoadSnapshot
 from metadata_store.ownership_redis import RedisStore
@@ -103,7 +103,7 @@ class RedisProgress:
         self._r = client
         self._prefix = prefix
         self._keys = Keys(prefix)
-        self._codec = codec
+        self._codec: CycleStateCodec = codec or CycleStateJson()
         self.snapshot = LoadSnapshot(client, prefix)
 
     @classmethod
@@ -113,11 +113,6 @@ class RedisProgress:
         """``kwargs`` go to redis-py beside the URL (ACL user, password, TLS files)."""
 
         return cls(redis.Redis.from_url(url, **kwargs), prefix, codec=codec)
-
-    def _need_codec(self) -> CycleStateCodec:
-        if self._codec is None:
-            raise ValueError("this RedisProgress was made without a cycle-state codec")
-        return self._codec
 
     def close(self) -> None:
         self._r.close()
@@ -149,13 +144,14 @@ class RedisProgress:
         return Progress(
             int(doc[b"batch"]),
             int(doc[b"now_ms"]),
-            self._need_codec().load(doc[b"cycle_state"]),
+            self._codec.load(doc[b"cycle_state"]),
             doc.get(b"cycle_pending", b"0") == b"1",  # absent in snapshots of older versions
         )
 
     def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        """(broker -> JSON document, state shard -> blob), as the last batch committed them."""
-        return self.snapshot.broker_docs_raw(), self.snapshot.shard_blobs()
+        """(broker -> JSON document, bundle shard -> record), as the last batch committed them."""
+        data = self.snapshot.read()
+        return dict(data.brokers_raw), dict(data.shards)
 
     def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
         doc = self._r.hgetall(self._keys.stream_pending())
@@ -189,7 +185,7 @@ class RedisProgress:
     ) -> None:
         """Snapshot changes and progress, atomically; the pending record (the namespaces the
         batch's cycle reads) ends here unless that cycle is still to run."""
-        state = self._need_codec().dump(progress.cycle_state)
+        state = self._codec.dump(progress.cycle_state)
         pipe = self._r.pipeline(transaction=True)
         self.snapshot.stage_changes(pipe, brokers, removed_brokers, shards, removed_shards)
         self._write_progress(pipe, progress, state)
@@ -198,7 +194,7 @@ class RedisProgress:
     def commit_cycle(self, progress: Progress) -> None:
         """A pending cycle's outcome (its ``CycleState``, ``cycle_pending`` off) and the end of
         the pending record, atomically; the snapshot is the one its batch committed."""
-        state = self._need_codec().dump(progress.cycle_state)
+        state = self._codec.dump(progress.cycle_state)
         pipe = self._r.pipeline(transaction=True)
         self._write_progress(pipe, progress, state)
         pipe.execute()

@@ -63,7 +63,7 @@ from loadbalance.values import DecisionReason, SkipReason
 from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
 from streaming.driver_view import DriverView, gc_paused, lower_thread_priority
 from streaming.schema import BROKER, BROKER_GONE, DEAD
-from streaming.sinks import CYCLE_STATE_CODEC, KafkaSink
+from streaming.sinks import KafkaSink
 
 log = logging.getLogger("streaming.decide")
 
@@ -276,7 +276,6 @@ class DecisionStage:
                 RedisProgress.from_url(
                     self.redis_url,
                     self.config.redis_key_prefix,
-                    codec=CYCLE_STATE_CODEC,
                     **self.config.redis_client_kwargs(),
                 )
                 if self.redis_url

@@ -7,11 +7,18 @@ them for ``cycle.step``. It is also what the job writes to Redis as the load sna
 shards and brokers a batch changed), and what a restarted job reads back from there, so the
 view after a restart is the view before it.
 
-Snapshot layout: ``P:load:shards`` state shard -> blob (``streaming.snapshot_docs``, which also
-turns blobs into per-bundle documents for readers); ``P:load:brokers`` broker -> ``{"report":
-<LocalBrokerData JSON without lastStats>, "historyUsage", "msgThroughputEma", "updatedAtMs"}``
-(the layout ``controller.placement`` reads, fields as ``loadbalance.snapshot`` names them),
-floats written with ``repr`` and so read back bit for bit.
+The snapshot is the published load-snapshot format (``metadata_store.load_snapshot``,
+``docs/snapshot-format.md``): ``P:load:shards`` bundle shard -> the shard blob as the state
+step emitted it (the blob is the format's bundle-shard record); ``P:load:brokers`` broker ->
+``{"report": <LocalBrokerData JSON without lastStats>, "historyUsage", "msgThroughputEma",
+"updatedAtMs"}``, the ``brokers`` entry of ``lbctl decide``'s snapshot, floats written with
+``repr`` and so read back bit for bit.
+
+Why the driver keeps this copy rather than reading the snapshot back from Redis for each cycle:
+the copy is what lets a cycle turn into the core's values only the bundles that changed since
+the last one (or since the background warm-up), and it costs no more than the bytes the batch
+already brought to the driver; a full read and materialisation per cycle would cost more than
+a batch (``docs/benchmarks.md``, streaming job).
 
 Blobs are decoded and turned into the core's frozen values only when a policy cycle needs them,
 and then only the shards that changed since the previous cycle: with reports every few seconds

@@ -17,9 +17,10 @@ on Kafka) and the averaged view in Redis.
 
 **State output rows** (state -> decide), kinds ``shard``, ``broker``, ``broker_gone`` and
 ``dead``: one row per shard that received samples, whose ``payload`` is the shard's whole
-``ShardState`` blob after the batch (what the decision stage keeps and writes to Redis as it is,
-``streaming.snapshot_docs``), and one row per broker that reported or went away, whose ``doc`` is
-its last report without ``lastStats`` and ``history_usage``/``msg_throughput_ema`` its averages.
+``ShardState`` blob after the batch (what the decision stage keeps and writes to Redis as it
+is, a bundle-shard record of ``metadata_store.load_snapshot``), and one row per broker that
+reported or went away, whose ``doc`` is its last report without ``lastStats`` and
+``history_usage``/``msg_throughput_ema`` its averages.
 Why whole shards and not one row per bundle: a row per bundle cost a formatted document, an
 Arrow row and a dict update for each of 20,000 bundle samples a second (100,000 bundles
 reported every 5 s);

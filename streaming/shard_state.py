@@ -12,11 +12,14 @@ every bundle in this batch, then the second, ...) and each rank is one vector st
 operations are the same as in ``loadbalance.time_average`` in the same order (multiply, add,
 divide in float64), so the results are bit-for-bit equal to the pure fold; the tests check that.
 
-Two binary layouts live here, both versioned by a magic prefix:
+Two binary layouts are used here, both versioned by a magic prefix:
 
 * a **sample block** (``pack_samples``): one report's samples for one shard, written by the parse
-  stage; names, float64 ``[m, 4]`` rates/throughputs, int64 ``[m, 3]`` counts;
-* a **shard blob** (``ShardState.to_bytes``): the state of every bundle of a shard.
+  stage; names, float64 ``[m, 4]`` rates/throughputs, int64 ``[m, 3]`` counts; private to the job;
+* a **shard blob** (``ShardState.to_bytes``): the state of every bundle of a shard, which is the
+  load snapshot's published bundle-shard record (``metadata_store.load_snapshot`` owns and
+  documents the layout), so the job stores its value state, hands it to the driver and writes it
+  to Redis as the same bytes, with no conversion.
 
 Column order of the float arrays is ``STAT_COLUMNS``: msgThroughputIn, msgThroughputOut,
 msgRateIn, msgRateOut, the argument order of ``TimeAverageMessageData.update_values``.
@@ -36,6 +39,12 @@ from loadbalance.time_average import (
     NUM_LONG_SAMPLES,
     NUM_SHORT_SAMPLES,
 )
+from metadata_store.load_snapshot import (
+    BundleShard,
+    decode_bundle_shard,
+    encode_bundle_shard,
+    shard_bundle_count,
+)
 
 STAT_COLUMNS = ("msg_throughput_in", "msg_throughput_out", "msg_rate_in", "msg_rate_out")
 COUNT_COLUMNS = ("topics", "consumer_count", "producer_count")
@@ -48,7 +57,6 @@ _DEFAULT_AVG = np.array(
     ]
 )
 _SAMPLES_MAGIC = b"LBQ1"
-_SHARD_MAGIC = b"LBS1"
 _SEP = "\n"  # bundle names and broker ids are printable: a newline never occurs in them
 
 
@@ -94,7 +102,7 @@ def unpack_samples(raw: bytes) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 def bundle_count(blob: bytes) -> int:
     """Bundles in a shard blob (``ShardState.to_bytes``), from its header, without decoding."""
-    return struct.unpack_from("<I", blob, 4)[0] if blob else 0
+    return shard_bundle_count(blob)
 
 
 @dataclass
@@ -188,49 +196,34 @@ class ShardState:
         return dropped
 
     def to_bytes(self) -> bytes:
-        names, owners = _join(self.names), _join(self.owners)
-        head = struct.pack("<4sIII", _SHARD_MAGIC, len(self.names), len(names), len(owners))
-        arrays = (
-            self.short_n.astype("<i8"),
-            self.short_avg.astype("<f8"),
-            self.long_n.astype("<i8"),
-            self.long_avg.astype("<f8"),
-            self.last_values.astype("<f8"),
-            self.last_counts.astype("<i8"),
-            self.last_seen_ms.astype("<i8"),
+        """The shard as a bundle-shard record of the load snapshot."""
+        return encode_bundle_shard(
+            BundleShard(
+                self.names,
+                self.owners,
+                self.short_n,
+                self.short_avg,
+                self.long_n,
+                self.long_avg,
+                self.last_values,
+                self.last_counts,
+                self.last_seen_ms,
+            )
         )
-        return b"".join([head, names, owners, *(np.ascontiguousarray(a).tobytes() for a in arrays)])
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ShardState:
-        magic, n, names_len, owners_len = struct.unpack_from("<4sIII", raw)
-        if magic != _SHARD_MAGIC:
-            raise ValueError("not a shard blob")
-        pos = struct.calcsize("<4sIII")
-        names = _split(raw[pos : pos + names_len])
-        pos += names_len
-        owners = _split(raw[pos : pos + owners_len]) if n else []
-        pos += owners_len
-        if len(owners) < n:  # every owner empty and joined to nothing
-            owners = [""] * n
-
-        def take(dtype: str, width: int) -> np.ndarray:
-            nonlocal pos
-            count = n * width
-            arr = np.frombuffer(raw, dtype=dtype, count=count, offset=pos).copy()
-            pos += count * 8
-            return arr.reshape(n, width) if width > 1 else arr
-
+        c = decode_bundle_shard(raw)
         return cls(
-            names=names,
-            owners=owners,
-            short_n=take("<i8", 1),
-            short_avg=take("<f8", 4),
-            long_n=take("<i8", 1),
-            long_avg=take("<f8", 4),
-            last_values=take("<f8", 4),
-            last_counts=take("<i8", 3),
-            last_seen_ms=take("<i8", 1),
+            names=c.names,
+            owners=c.owners,
+            short_n=c.short_n,
+            short_avg=c.short_avg,
+            long_n=c.long_n,
+            long_avg=c.long_avg,
+            last_values=c.last_values,
+            last_counts=c.last_counts,
+            last_seen_ms=c.last_seen_ms,
         )
 
 

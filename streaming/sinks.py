@@ -7,27 +7,19 @@ Why these shapes:
   which fails the batch before it is marked complete, so Spark retries it and nothing is lost.
   The failed producer purges what it still holds, so only a request the broker already had can
   give a second copy (same id, same content).
-* The cross-cycle ``CycleState`` goes to Redis with the job's progress
-  (``metadata_store.progress.RedisProgress``) through ``CYCLE_STATE_CODEC``. It holds frozen
-  dataclasses and read-only mappings of the policy modules and is stored pickled (base64):
-  internal state, written and read only by this job, never by anything a user can reach.
-  Unpickling names ``streaming.sinks.read_only``, so that helper stays here.
+
+The view and the cross-cycle ``CycleState`` go to Redis with the job's progress, through
+``metadata_store.progress.RedisProgress``, in the formats that package publishes.
 """
 
 from __future__ import annotations
 
-import base64
-import copyreg
-import io
-import pickle
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from confluent_kafka import Producer
 
 from infra.topics import kafka_client_config
-from loadbalance.cycle import CycleState
 from loadbalance.errors import Transient
 
 
@@ -80,38 +72,3 @@ class KafkaSink:
                 f"undelivered after a {timeout_s:g} s flush, {len(errors)} delivery errors"
                 + (f": {'; '.join(errors[:3])}" if errors else "")
             )
-
-
-def read_only(d: dict) -> MappingProxyType:
-    """Unpickling helper: the read-only mapping around ``d``."""
-    return MappingProxyType(d)
-
-
-class _Pickler(pickle.Pickler):
-    """``MappingProxyType`` is not picklable; store it as the dict it wraps."""
-
-    dispatch_table = copyreg.dispatch_table.copy()
-    dispatch_table[MappingProxyType] = lambda m: (read_only, (dict(m),))
-
-
-def dump_cycle_state(state: CycleState) -> str:
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def load_cycle_state(text: str | bytes) -> CycleState:
-    return pickle.loads(base64.b64decode(text))
-
-
-class _PickleCodec:
-    """The ``CycleStateCodec`` the job stores its cycle state with (``metadata_store.progress``)."""
-
-    def dump(self, state: CycleState) -> str:
-        return dump_cycle_state(state)
-
-    def load(self, text: str | bytes) -> CycleState:
-        return load_cycle_state(text)
-
-
-CYCLE_STATE_CODEC = _PickleCodec()

@@ -145,7 +145,8 @@ class LoadStateProcessor(StatefulProcessor):
             self.shard.clear()
             self.shard_tag.clear()
         # The whole shard, not the touched bundles: the decision stage keeps the latest blob
-        # of every shard as its view and writes it to Redis unchanged (streaming.snapshot_docs);
+        # of every shard as its view and writes it to Redis unchanged (the blob is the load
+        # snapshot's bundle-shard record, metadata_store.load_snapshot);
         # an emptied shard's blob holds no bundle, which is how expiry reaches the view.
         yield frame(
             OUTPUT_FIELDS,

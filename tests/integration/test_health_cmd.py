@@ -13,7 +13,6 @@ from infra import metrics
 from lbctl.health_cmd import save_seen
 from lbctl.main import main
 from metadata_store.progress import Progress, RedisProgress
-from streaming.sinks import CYCLE_STATE_CODEC
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +30,7 @@ def test_stream_probe_follows_the_batches_the_job_commits(
     code, out = _probe(capsys, *args)
     assert code == 1 and "no progress recorded yet" in out
 
-    progress = RedisProgress(fresh_redis, "lb", codec=CYCLE_STATE_CODEC)
+    progress = RedisProgress(fresh_redis, "lb")
     progress.commit(Progress(batch=7, now_ms=1), {}, [], {}, [])
     code, out = _probe(capsys, *args)
     assert code == 0 and "batch 7 (new)" in out
@@ -51,7 +50,7 @@ def test_stream_probe_follows_the_batches_the_job_commits(
 def test_stream_probe_reads_the_configured_key_prefix(
     redis_url: str, fresh_redis: redis.Redis, tmp_path: Path, capsys
 ) -> None:
-    progress = RedisProgress(fresh_redis, "other", codec=CYCLE_STATE_CODEC)
+    progress = RedisProgress(fresh_redis, "other")
     progress.commit(Progress(batch=3, now_ms=1), {}, [], {}, [])
     base = ["stream", "--redis-url", redis_url, "--state-file", str(tmp_path / "s.json")]
     assert _probe(capsys, *base)[0] == 1

@@ -17,7 +17,6 @@ from lbctl.main import main
 from loadbalance.decisions import TRANSFER, make_decision
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import Progress, RedisProgress
-from streaming.sinks import CYCLE_STATE_CODEC
 
 
 def _server_ms(client: redis.Redis) -> int:
@@ -98,7 +97,7 @@ def test_monitor_once_json_shows_brokers_decisions_expiring_leases_stale_brokers
         "broker-b": _broker_doc(20.0, job_now - 45_000, topics=1),  # reports stopped
         "broker-c": _broker_doc(40.0, job_now - 2_000, topics=2),
     }
-    progress = RedisProgress(fresh_redis, prefix, codec=CYCLE_STATE_CODEC)
+    progress = RedisProgress(fresh_redis, prefix)
     progress.commit(Progress(batch=12, now_ms=job_now), docs, [], {}, [])
     checkpoint = _checkpoint(tmp_path / "cp", topic, {"0": 3})
 
@@ -186,7 +185,7 @@ def test_monitor_once_table_names_the_problems(
         "broker-a": _broker_doc(95.0, job_now, 3),
         "broker-b": _broker_doc(10.0, job_now - 90_000, 1),
     }
-    progress = RedisProgress(fresh_redis, prefix, codec=CYCLE_STATE_CODEC)
+    progress = RedisProgress(fresh_redis, prefix)
     progress.commit(Progress(batch=3, now_ms=job_now), docs, [], {}, [])
 
     code = main(

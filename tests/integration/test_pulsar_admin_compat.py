@@ -22,8 +22,8 @@ import redis
 
 from lbctl.main import main
 from metadata_store.keys import Keys
+from metadata_store.load_snapshot import shards_from_docs
 from metadata_store.ownership_redis import RedisStore
-from streaming.snapshot_docs import blobs_from_docs
 
 TTL_MS = 600_000
 Run = Callable[..., tuple[int, str, str]]
@@ -193,7 +193,7 @@ def test_split_bundle_type_picks_the_bundle_from_the_load_snapshot(
         names[2]: {"topics": 7, "longTerm": {"msgThroughputIn": 1e6, "msgThroughputOut": 1e6}},
         names[3]: {"topics": 0, "longTerm": {"msgThroughputIn": 5e7, "msgThroughputOut": 0.0}},
     }
-    fresh_redis.hset(Keys("lb").load_shards(), mapping=blobs_from_docs(docs))
+    fresh_redis.hset(Keys("lb").load_shards(), mapping=shards_from_docs(docs))
     code, _, err = run("namespaces", "split-bundle", ns, "-bt", bundle_type, "--json")
     assert code == 0, err
     after = store.get_namespace(ns)
@@ -371,7 +371,7 @@ def test_broker_stats_load_report_prints_the_stored_report_with_its_bundle_stats
         mine: {"broker": "localhost:8080", "lastStats": last, "topics": 2},
         moved: {"broker": "other:8080", "lastStats": last, "topics": 2},
     }
-    fresh_redis.hset(Keys("lb").load_shards(), mapping=blobs_from_docs(docs))
+    fresh_redis.hset(Keys("lb").load_shards(), mapping=shards_from_docs(docs))
     code, out, err = run("broker-stats", "load-report")
     assert code == 0, err
     printed = json.loads(out)

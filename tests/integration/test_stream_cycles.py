@@ -19,7 +19,6 @@ from loadbalance.decisions import decode_decision
 from metadata_store.progress import RedisProgress
 from streaming.decide import BatchStats, wait_for_background_cycles
 from streaming.job import StreamSettings, start_query
-from streaming.sinks import CYCLE_STATE_CODEC
 from tests.integration.test_streaming_job import NS, _read_all, _run, overloaded_cluster
 
 
@@ -73,7 +72,7 @@ def test_a_background_cycle_publishes_what_an_in_batch_cycle_does_from_its_own_t
     published = _decisions(kafka_bootstrap, config)
     assert _shape(published) == expected
     assert sorted(d.id for d in published) == sorted(stats.decision_ids)
-    progress = RedisProgress(fresh_redis, config.redis_key_prefix, codec=CYCLE_STATE_CODEC).read()
+    progress = RedisProgress(fresh_redis, config.redis_key_prefix).read()
     assert progress.batch >= stats.batch_id and not progress.cycle_pending
     assert progress.cycle_state.last_shedding_ms is not None
     assert not fresh_redis.exists(f"{config.redis_key_prefix}:stream:pending")
@@ -91,7 +90,7 @@ def test_a_cycle_that_failed_after_its_batch_committed_is_completed_on_restart_w
     monkeypatch.setattr(decide, "step", failing_step)
     with pytest.raises(Exception, match="injected"):
         _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
-    store = RedisProgress(fresh_redis, config.redis_key_prefix, codec=CYCLE_STATE_CODEC)
+    store = RedisProgress(fresh_redis, config.redis_key_prefix)
     failed = store.read()
     assert failed.cycle_pending  # the batch's view is committed, its cycle is not
     assert store.pending_namespaces(failed.batch) is not None
@@ -120,7 +119,7 @@ def test_progress_keeps_the_pending_namespaces_until_the_cycle_commits(fresh_red
     from loadbalance.bundles import NamespaceBundles
     from metadata_store.progress import Progress
 
-    store = RedisProgress(fresh_redis, "p", codec=CYCLE_STATE_CODEC)
+    store = RedisProgress(fresh_redis, "p")
     namespaces = {NS: NamespaceBundles.initial(NS, 4)}
     store.set_pending(7, namespaces)
     store.commit(Progress(7, 1000, cycle_pending=True), {}, (), {"s:0": b"blob"}, ())

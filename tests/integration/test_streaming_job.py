@@ -26,7 +26,6 @@ from metadata_store.load_snapshot import LoadSnapshot
 from metadata_store.ownership_redis import RedisStore
 from streaming.decide import BatchStats
 from streaming.job import StreamSettings, start_query
-from streaming.snapshot_docs import read_bundle_docs
 
 NS = "acme/stream"
 T0_MS = 1_700_000_000_000
@@ -132,7 +131,7 @@ def _records(reports: list[LocalBrokerData], ts: int) -> list[tuple[bytes, bytes
 
 
 def _snapshot_bundles(r: redis.Redis, prefix: str) -> dict[str, dict]:
-    return read_bundle_docs(LoadSnapshot(r, prefix))
+    return LoadSnapshot(r, prefix).read().bundle_docs()
 
 
 def _close(a: float, b: float) -> bool:

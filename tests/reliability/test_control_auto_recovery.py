@@ -29,9 +29,9 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import TRANSFER, encode_decision, make_decision
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
+from metadata_store.load_snapshot import shards_from_docs
 from metadata_store.ownership_redis import RedisStore
 from producers.agent import LeaseKeeper
-from streaming.snapshot_docs import blobs_from_docs
 from tests.integration.test_assignment import read_events
 from tests.reliability.invariants import (
     check_invariants,
@@ -76,7 +76,7 @@ def _rewrite_snapshot(store: RedisStore, serving: dict[str, list[str]], live: li
     put_load_snapshot(store, {b: _load(b) for b in live}, {})
     docs = {n: {"broker": b} for b, ns in serving.items() for n in ns}
     if docs:
-        store.r.hset(store.keys.load_shards(), mapping=blobs_from_docs(docs))
+        store.r.hset(store.keys.load_shards(), mapping=shards_from_docs(docs))
 
 
 def _publish(bootstrap: str, topic: str, *decisions) -> None:

@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 from controller.events import OwnershipEvent, encode_event
 from controller.recovery import AutoRecovery, last_report, recover, scan_events, summary
 from loadbalance.errors import InvalidInput
+from metadata_store.load_snapshot import shards_from_docs
 from metadata_store.ownership_redis import RedisStore
-from streaming.snapshot_docs import blobs_from_docs
 from tests.reliability.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def _lose_and_prepare(store: RedisStore) -> None:
     for b in ("b1", "b2"):
         store.register_broker(b, NOW_MS, TTL_MS)
     docs = {B0: {"broker": "b2"}, B1: {"broker": "b1"}}
-    store.r.hset(store.keys.load_shards(), mapping=blobs_from_docs(docs))
+    store.r.hset(store.keys.load_shards(), mapping=shards_from_docs(docs))
 
 
 @pytest.mark.parametrize("case", sorted(BAD_RECORDS))

@@ -25,9 +25,9 @@ from infra.embedded import EmbeddedRedis, free_port
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
 from metadata_store.keys import Keys
+from metadata_store.load_snapshot import shards_from_docs
 from metadata_store.ownership_redis import RedisStore
 from producers.agent import LeaseKeeper
-from streaming.snapshot_docs import blobs_from_docs
 from tests.reliability.invariants import check_invariants, read_state
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ def test_without_persistence_the_store_is_rebuilt_from_reregistration_and_losses
         docs = {n: {"broker": b} for b in ("b1", "b2", "b3") for n in serving[b]}
         stale_parent = f"{NS}/0x00000000_0x40000000"  # an old report of the split's parent
         docs[stale_parent] = {"broker": "b1"}
-        store.r.hset(Keys("lost").load_shards(), mapping=blobs_from_docs(docs))
+        store.r.hset(Keys("lost").load_shards(), mapping=shards_from_docs(docs))
 
         claims = claims_from_snapshot(store, now)
         assert set(claims) == {"b1", "b2"}, "only registered, live brokers' claims count"
@@ -265,7 +265,7 @@ def test_operator_command_detects_the_loss_and_recovers_above_the_announced_toke
         now = int(time.time() * 1000)
         for b in ("b1", "b2", "b3"):
             store.register_broker(b, now, TTL_MS)
-        store.r.hset(Keys("cli").load_shards(), mapping=blobs_from_docs({
+        store.r.hset(Keys("cli").load_shards(), mapping=shards_from_docs({
             n: {"broker": b} for b, ns in serving.items() for n in ns}))  # fmt: skip
         argv = [PYTHON, "-m", "controller.recovery", "--redis-url", server.url,
                 "--bootstrap-servers", kafka_bootstrap,

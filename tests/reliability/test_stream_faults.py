@@ -31,7 +31,6 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import UNLOAD, decode_decision, encode_decision, make_decision
 from metadata_store.load_snapshot import LoadSnapshot
 from metadata_store.ownership_redis import RedisStore
-from streaming.snapshot_docs import read_bundle_docs
 from tests.integration.test_streaming_job import (
     MINUTE_MS,
     T0_MS,
@@ -231,7 +230,7 @@ def test_stream_killed_mid_batch_and_kafka_away_loses_and_repeats_nothing(
 
 
 def _snapshot(r: redis.Redis, prefix: str) -> dict[str, dict]:
-    return read_bundle_docs(LoadSnapshot(r, prefix))
+    return LoadSnapshot(r, prefix).read().bundle_docs()
 
 
 def test_the_comparison_sees_a_repeated_id_with_different_content_and_a_lost_decision() -> None:

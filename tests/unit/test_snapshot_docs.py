@@ -1,16 +1,26 @@
-"""The shard-blob snapshot (``streaming.snapshot_docs``) and the driver's view built on it."""
+"""The bundle half of the load snapshot (``metadata_store.load_snapshot``: the state step's shard
+blobs are its bundle-shard records) and the driver's view built on it."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from loadbalance.bundles import NamespaceBundles
+from metadata_store.load_snapshot import (
+    LoadSnapshotData,
+    decode_bundle_shard,
+    shard_docs,
+    shards_from_docs,
+)
 from streaming.driver_view import DriverView
 from streaming.schema import OUTPUT_FIELDS, SHARD, frame
 from streaming.shard_state import ShardState, bundle_count
-from streaming.snapshot_docs import blobs_from_docs, docs_from_blobs, shard_docs
 
 NS = "t/ns"
+
+
+def docs_from_blobs(blobs: list[bytes]) -> dict:
+    return LoadSnapshotData({}, {f"k{i}": b for i, b in enumerate(blobs)}).bundle_docs()
 
 
 def _state(names: list[str], owner: str, seen_ms: int) -> ShardState:
@@ -36,8 +46,8 @@ def _shard_rows(blobs: dict[str, bytes]):
 
 def test_documents_survive_blobs_bit_for_bit():
     names = NamespaceBundles.initial(NS, 8).bundle_names
-    docs = shard_docs(_state(names, "b1:8080", 1234))
-    back = docs_from_blobs(blobs_from_docs(docs, n_shards=3).values())
+    docs = shard_docs(decode_bundle_shard(_state(names, "b1:8080", 1234).to_bytes()))
+    back = docs_from_blobs(list(shards_from_docs(docs, n_shards=3).values()))
     assert back == docs
     doc = back[names[0]]
     assert doc["broker"] == "b1:8080" and doc["updatedAtMs"] == 1234

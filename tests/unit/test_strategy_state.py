@@ -19,7 +19,7 @@ from loadbalance.shedding.transfer_shedder import TransferShedderState
 from loadbalance.snapshot import parse_snapshot
 from loadbalance.split_policy import SplitState
 from loadbalance.strategies.projected_usage_shedder import ProjectedShedderState
-from streaming.sinks import dump_cycle_state, load_cycle_state
+from metadata_store.cycle_state import dump_cycle_state, load_cycle_state
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "snapshot.json"
 MINUTE = 60_000

@@ -1,0 +1,48 @@
+"""The load snapshot in Redis (``metadata_store.load_snapshot.LoadSnapshot``): the streaming
+job's commit writes the format version with the data, and a reader refuses a version it does
+not know instead of misreading it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadbalance.bundles import NamespaceBundles
+from loadbalance.errors import InvalidInput
+from metadata_store.keys import Keys
+from metadata_store.load_snapshot import LOAD_SNAPSHOT_VERSION, LoadSnapshot, shards_from_docs
+from metadata_store.progress import Progress, RedisProgress
+
+NAMES = NamespaceBundles.initial("t/ns", 4).bundle_names
+DOCS = {n: {"shortTerm": {"msgRateIn": 1.5, "numSamples": 2}, "broker": "b1:8080"} for n in NAMES}
+BROKER = {"report": {"bundles": NAMES, "lastUpdate": 5}, "historyUsage": 0.25}
+
+
+def test_the_commit_writes_the_version_and_readers_get_the_view(fresh_redis):
+    progress = RedisProgress(fresh_redis, "p")
+    progress.commit(Progress(3, 5), {"b1:8080": json.dumps(BROKER)}, [], shards_from_docs(DOCS), [])
+    assert fresh_redis.get(Keys("p").load_version()) == str(LOAD_SNAPSHOT_VERSION).encode()
+    data = LoadSnapshot(fresh_redis, "p").read()
+    assert data.owners() == dict.fromkeys(NAMES, "b1:8080")
+    snap = data.snapshot(10)
+    assert snap is not None and set(snap.view.bundle_data) == set(NAMES)
+    assert snap.view.bundle(NAMES[0]).short_term.msg_rate_in == 1.5
+    brokers, shards = progress.read_snapshot()
+    assert json.loads(brokers["b1:8080"]) == BROKER and set(shards) == set(shards_from_docs(DOCS))
+
+
+def test_an_unknown_version_is_refused(fresh_redis):
+    store = LoadSnapshot(fresh_redis, "p")
+    store.replace({"b1:8080": json.dumps(BROKER)}, shards_from_docs(DOCS))
+    assert store.version() == LOAD_SNAPSHOT_VERSION
+    fresh_redis.set(Keys("p").load_version(), "2")
+    with pytest.raises(InvalidInput, match="version '2'; this reader knows only 1"):
+        store.read()
+    with pytest.raises(InvalidInput, match="version '2'"):
+        store.broker_docs_raw()
+
+
+def test_a_snapshot_without_the_version_key_reads_as_version_1(fresh_redis):
+    fresh_redis.hset(Keys("p").load_shards(), mapping=shards_from_docs(DOCS))
+    assert set(LoadSnapshot(fresh_redis, "p").read().owners()) == set(NAMES)
