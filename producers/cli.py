@@ -51,6 +51,11 @@ def _csv(value: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_bench(subparsers)
+    _register_simulate(subparsers)
+
+
+def _register_bench(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
         "bench", help="benchmarks of the policies (balance-quality scoreboard)"
     )
@@ -75,6 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bal.add_argument("--json", action="store_true", help="print the JSON document, not a table")
     bal.set_defaults(func=run_bench_balance)
 
+
+def _register_simulate(subparsers: argparse._SubParsersAction) -> None:
     sim = subparsers.add_parser(
         "simulate",
         help="run the closed-loop cluster simulator on one scenario",
@@ -255,65 +262,29 @@ def run_simulate_live(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
+class _Exit(Exception):
+    """Leave ``_run_live`` with ``code`` after the message was printed."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     try:
-        scenario = load_scenario(args.scenario, args.seed)
-        knobs = dict(scenario.config)
-        if args.pair is not None:
-            knobs.update(scoreboard.PAIRS[args.pair].overrides)
-        config = _live_config(args, knobs)
-    except (InvalidInput, ConfigError) as e:
-        print(f"lbctl simulate: {e}", file=sys.stderr)
-        return 2
-    except KeyError:
-        print(f"lbctl simulate: unknown pair {args.pair!r}; use {', '.join(scoreboard.PAIRS)}")
-        return 2
-    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
-    redis_url = args.redis_url or config.redis_url
-    if not bootstrap or not redis_url:
-        print(
-            "lbctl simulate: live mode needs --bootstrap-servers and --redis-url (or "
-            "kafkaBootstrapServers/redisUrl; 'lbctl infra up' starts embedded ones), or --fast",
-            file=sys.stderr,
-        )
-        return 2
-    if args.cycle_seconds < 0:
-        print("lbctl simulate: --cycle-seconds must be >= 0", file=sys.stderr)
-        return 2
-
-    security = kafka_security(config)
-    try:
-        ensure_topics(bootstrap, {config.load_reports_topic: config.topic_partitions}, security)
-    except KafkaException as e:
-        print(f"lbctl simulate: Kafka at {bootstrap} unavailable: {e}", file=sys.stderr)
-        return 1
+        scenario, config, bootstrap, redis_url = _live_inputs(args)
+        security = kafka_security(config)
+        start_ms = _live_start_ms(config, bootstrap, security, scenario.tick_ms)
+    except _Exit as e:
+        return e.code
     store = RedisStore.from_url(
         redis_url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
     )
-    try:
-        newest_ms = newest_record_ms(bootstrap, config.load_reports_topic, security)
-    except (KafkaException, TimeoutError) as e:
-        print(f"lbctl simulate: cannot read {config.load_reports_topic}: {e}", file=sys.stderr)
-        return 1
-    start_ms = resume_start_ms(newest_ms, int(time.time() * 1000), scenario.tick_ms)
     publisher = TimestampedReportPublisher(bootstrap, config.load_reports_topic, security)
     sim = LiveSim(
         scenario, config, store, publisher, seed=args.seed, start_ms=start_ms, stop_event=stopping
     )
-    metrics_on = False
-    if getattr(args, "metrics_port", None) is not None:
-        port = metrics.serve_from_args(args)
-        metrics_on = port is not None
-        print(f"metrics on port {port}", file=sys.stderr, flush=True)
-
-    def on_cycle(result: Any) -> None:
-        if metrics_on:
-            _export_metrics(result)
-        if args.json:
-            print(json.dumps(result.to_json(), sort_keys=True), flush=True)
-        else:
-            print(result.line(), flush=True)
-
+    on_cycle = _cycle_printer(args)
     t0 = time.monotonic()
     try:
         done = sim.run(args.cycles, args.cycle_seconds, on_cycle)
@@ -330,3 +301,70 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
         flush=True,
     )
     return 0
+
+
+def _live_inputs(args: argparse.Namespace) -> tuple[Any, LoadBalancerConfig, str, str]:
+    """The scenario, the configuration (with the pair's knobs), Kafka and Redis; ``_Exit(2)``
+    after saying what is wrong with the arguments."""
+    try:
+        scenario = load_scenario(args.scenario, args.seed)
+        knobs = dict(scenario.config)
+        if args.pair is not None:
+            knobs.update(scoreboard.PAIRS[args.pair].overrides)
+        config = _live_config(args, knobs)
+    except (InvalidInput, ConfigError) as e:
+        print(f"lbctl simulate: {e}", file=sys.stderr)
+        raise _Exit(2) from e
+    except KeyError as e:
+        print(f"lbctl simulate: unknown pair {args.pair!r}; use {', '.join(scoreboard.PAIRS)}")
+        raise _Exit(2) from e
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    redis_url = args.redis_url or config.redis_url
+    if not bootstrap or not redis_url:
+        print(
+            "lbctl simulate: live mode needs --bootstrap-servers and --redis-url (or "
+            "kafkaBootstrapServers/redisUrl; 'lbctl infra up' starts embedded ones), or --fast",
+            file=sys.stderr,
+        )
+        raise _Exit(2)
+    if args.cycle_seconds < 0:
+        print("lbctl simulate: --cycle-seconds must be >= 0", file=sys.stderr)
+        raise _Exit(2)
+    return scenario, config, bootstrap, redis_url
+
+
+def _live_start_ms(
+    config: LoadBalancerConfig, bootstrap: str, security: dict[str, str], tick_ms: int
+) -> int:
+    """Create the reports topic and pick the virtual start time after its newest record;
+    ``_Exit(1)`` when Kafka cannot be used."""
+    try:
+        ensure_topics(bootstrap, {config.load_reports_topic: config.topic_partitions}, security)
+    except KafkaException as e:
+        print(f"lbctl simulate: Kafka at {bootstrap} unavailable: {e}", file=sys.stderr)
+        raise _Exit(1) from e
+    try:
+        newest_ms = newest_record_ms(bootstrap, config.load_reports_topic, security)
+    except (KafkaException, TimeoutError) as e:
+        print(f"lbctl simulate: cannot read {config.load_reports_topic}: {e}", file=sys.stderr)
+        raise _Exit(1) from e
+    return resume_start_ms(newest_ms, int(time.time() * 1000), tick_ms)
+
+
+def _cycle_printer(args: argparse.Namespace) -> Any:
+    """Start the metrics endpoint if asked; the callback that prints (and exports) a cycle."""
+    metrics_on = False
+    if getattr(args, "metrics_port", None) is not None:
+        port = metrics.serve_from_args(args)
+        metrics_on = port is not None
+        print(f"metrics on port {port}", file=sys.stderr, flush=True)
+
+    def on_cycle(result: Any) -> None:
+        if metrics_on:
+            _export_metrics(result)
+        if args.json:
+            print(json.dumps(result.to_json(), sort_keys=True), flush=True)
+        else:
+            print(result.line(), flush=True)
+
+    return on_cycle
