@@ -17,13 +17,14 @@ failing and starts again at 1 s once a restarted query has completed a batch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from infra import metrics
@@ -43,6 +44,7 @@ _STREAM_FAILED = re.compile(r"\[STREAM_FAILED\] Query \[[^\]]*\] terminated with
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the job reads and keeps things (Kafka, Redis, checkpoint, Spark), then how it runs."""
     parser.add_argument(
         "--bootstrap-servers", default=None, help="Kafka bootstrap servers (default: config)"
     )
@@ -76,6 +78,11 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         default="earliest",
         help="where a NEW checkpoint starts: earliest or latest (a checkpoint resumes itself)",
     )
+    _add_query_arguments(parser)
+
+
+def _add_query_arguments(parser: argparse.ArgumentParser) -> None:
+    """State, batching, restarts, configuration and metrics."""
     parser.add_argument(
         "--shards",
         type=int,
@@ -132,29 +139,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_stream)
 
 
+class _Exit(Exception):
+    """Leave ``run_stream`` with ``code`` after the message was printed."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def run_stream(args: argparse.Namespace) -> int:
     # pyspark (through streaming.job): every lbctl command registers this one, only this runs Spark
-    from streaming.job import StreamSettings, spark_session, start_query
+    from streaming.job import spark_session, start_query
 
     try:
-        config = load_from_args(args)
-    except ConfigError as e:
-        print(f"lbctl stream: {e}", file=sys.stderr)
-        return 2
-    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
-    if not bootstrap:
-        print("lbctl stream: no Kafka: give --bootstrap-servers", file=sys.stderr)
-        return 2
-    try:  # before Kafka and the JVM: a refused checkpoint should cost nothing
-        check_shards(args.checkpoint, args.shards)
-    except CheckpointMismatch as e:
-        print(f"lbctl stream: {e}", file=sys.stderr)
-        return 2
-    try:
-        metrics.serve_from_args(args)
-    except OSError as e:
-        print(f"lbctl stream: metrics endpoint: {e}", file=sys.stderr)
-        return 2
+        config, bootstrap = _preflight(args)
+    except _Exit as e:
+        return e.code
     client_config = kafka_security(config)
     ensure_topics(
         bootstrap,
@@ -164,20 +164,7 @@ def run_stream(args: argparse.Namespace) -> int:
         },
         client_config,
     )
-    settings = StreamSettings(
-        bootstrap_servers=bootstrap,
-        checkpoint=args.checkpoint,
-        redis_url=args.redis_url or config.redis_url or None,
-        trigger_seconds=args.trigger_seconds,
-        available_now=args.available_now,
-        source=args.source,
-        starting_offsets=args.starting_offsets,
-        n_shards=args.shards,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        watermark_delay_seconds=args.watermark_delay_seconds,
-        client_config=client_config,
-        background_cycles=args.background_cycles,
-    )
+    settings = _stream_settings(args, bootstrap, config.redis_url, client_config)
     if settings.redis_url is None:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")
     spark = spark_session(args.master, args.shuffle_partitions)
@@ -189,31 +176,95 @@ def run_stream(args: argparse.Namespace) -> int:
         # metrics endpoint outlive a query.
         return start_query(spark, settings, config, on_batch=on_batch)
 
-    # A supervisor (``lbctl run``, systemd, Kubernetes) stops with SIGTERM: treat it exactly like
-    # Ctrl-C, whose handler (installed by the SparkContext) cancels the running jobs before it
-    # raises KeyboardInterrupt, so the process exits 130 instead of dying inside a py4j call
-    # (or in the wait before a restart).
+    with _sigterm_as_ctrl_c():
+        try:
+            return run_with_restarts(
+                start,
+                max_restarts=getattr(args, "max_restarts", None),
+                restartable=_restartable_errors(),
+                describe=lambda e: describe_failure(e, secrets),
+            )
+        finally:
+            _wait_for_background_cycles()
+
+
+def _preflight(args: argparse.Namespace) -> tuple[Any, str]:
+    """The configuration and Kafka, the checkpoint's shard count and the metrics endpoint,
+    checked before Kafka and the JVM are touched: a refusal costs nothing. ``_Exit(2)``
+    after saying what is wrong."""
+    try:
+        config = load_from_args(args)
+    except ConfigError as e:
+        print(f"lbctl stream: {e}", file=sys.stderr)
+        raise _Exit(2) from e
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    if not bootstrap:
+        print("lbctl stream: no Kafka: give --bootstrap-servers", file=sys.stderr)
+        raise _Exit(2)
+    try:
+        check_shards(args.checkpoint, args.shards)
+    except CheckpointMismatch as e:
+        print(f"lbctl stream: {e}", file=sys.stderr)
+        raise _Exit(2) from e
+    try:
+        metrics.serve_from_args(args)
+    except OSError as e:
+        print(f"lbctl stream: metrics endpoint: {e}", file=sys.stderr)
+        raise _Exit(2) from e
+    return config, bootstrap
+
+
+def _stream_settings(
+    args: argparse.Namespace, bootstrap: str, redis_url: str, client_config: dict[str, str]
+) -> Any:
+    """The query's ``StreamSettings`` from the command line."""
+    # pyspark (through streaming.job), as in run_stream
+    from streaming.job import StreamSettings
+
+    return StreamSettings(
+        bootstrap_servers=bootstrap,
+        checkpoint=args.checkpoint,
+        redis_url=args.redis_url or redis_url or None,
+        trigger_seconds=args.trigger_seconds,
+        available_now=args.available_now,
+        source=args.source,
+        starting_offsets=args.starting_offsets,
+        n_shards=args.shards,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        watermark_delay_seconds=args.watermark_delay_seconds,
+        client_config=client_config,
+        background_cycles=args.background_cycles,
+    )
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM does what Ctrl-C does while inside; the previous handler comes back after.
+
+    A supervisor (``lbctl run``, systemd, Kubernetes) stops with SIGTERM: treat it exactly like
+    Ctrl-C, whose handler (installed by the SparkContext) cancels the running jobs before it
+    raises KeyboardInterrupt, so the process exits 130 instead of dying inside a py4j call
+    (or in the wait before a restart).
+    """
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():
         on_int = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGTERM, on_int if callable(on_int) else _raise_keyboard_interrupt)
     try:
-        return run_with_restarts(
-            start,
-            max_restarts=getattr(args, "max_restarts", None),
-            restartable=_restartable_errors(),
-            describe=lambda e: describe_failure(e, secrets),
-        )
+        yield
     finally:
-        # pandas/pyarrow (through streaming.decide), like streaming.job above
-        from streaming.decide import wait_for_background_cycles
-
-        # the last batch's policy cycle may still be publishing: let it commit, so the next
-        # start does not run it again (it would, with the same decision ids)
-        if not wait_for_background_cycles(60.0):
-            log.warning("a policy cycle is still publishing; the next start completes it")
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+
+
+def _wait_for_background_cycles() -> None:
+    """The last batch's policy cycle may still be publishing: let it commit, so the next start
+    does not run it again (it would, with the same decision ids)."""
+    # pandas/pyarrow (through streaming.decide), like streaming.job in run_stream
+    from streaming.decide import wait_for_background_cycles
+
+    if not wait_for_background_cycles(60.0):
+        log.warning("a policy cycle is still publishing; the next start completes it")
 
 
 def restart_delay(
@@ -296,24 +347,11 @@ def run_with_restarts(
                 failures = 0
             completed.clear()
             failures += 1
-            reason = _describe_safely(describe, error)
-            log.debug("the query's error in full", exc_info=error)
             ran_s = time.monotonic() - started
-            if max_restarts is not None and restarts >= max_restarts:
-                log.error(
-                    "streaming query failed after %.0f s: %s; not restarting (%d restart%s, "
-                    "--max-restarts %d)",
-                    ran_s, reason, restarts, "" if restarts == 1 else "s", max_restarts,
-                )  # fmt: skip
+            wait_s = _restart_wait(error, ran_s, failures, restarts, max_restarts, describe, delay)
+            if wait_s is None:
                 return 1
-            wait_s = delay(failures)
             restarts += 1
-            limit = "" if max_restarts is None else f"/{max_restarts}"
-            log.warning(
-                "streaming query failed after %.0f s: %s; restart %d%s from the checkpoint in "
-                "%.0f s (%d failure%s in a row)",
-                ran_s, reason, restarts, limit, wait_s, failures, "" if failures == 1 else "s",
-            )  # fmt: skip
             sleep(wait_s)
     except KeyboardInterrupt:
         if query is not None:
@@ -322,6 +360,36 @@ def run_with_restarts(
             except Exception:  # the JVM got the signal too (a group kill) and is going away
                 log.debug("stopping the query after an interrupt failed", exc_info=True)
         return 130
+
+
+def _restart_wait(
+    error: BaseException,
+    ran_s: float,
+    failures: int,
+    restarts: int,
+    max_restarts: int | None,
+    describe: Callable[[BaseException], str],
+    delay: Callable[[int], float],
+) -> float | None:
+    """Log a failed query in one line; the wait before the next restart, or None when
+    ``max_restarts`` restarts are used up."""
+    reason = _describe_safely(describe, error)
+    log.debug("the query's error in full", exc_info=error)
+    if max_restarts is not None and restarts >= max_restarts:
+        log.error(
+            "streaming query failed after %.0f s: %s; not restarting (%d restart%s, "
+            "--max-restarts %d)",
+            ran_s, reason, restarts, "" if restarts == 1 else "s", max_restarts,
+        )  # fmt: skip
+        return None
+    wait_s = delay(failures)
+    limit = "" if max_restarts is None else f"/{max_restarts}"
+    log.warning(
+        "streaming query failed after %.0f s: %s; restart %d%s from the checkpoint in "
+        "%.0f s (%d failure%s in a row)",
+        ran_s, reason, restarts + 1, limit, wait_s, failures, "" if failures == 1 else "s",
+    )  # fmt: skip
+    return wait_s
 
 
 def _describe_safely(describe: Callable[[BaseException], str], error: BaseException) -> str:
