@@ -22,11 +22,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from infra.config_loading import add_config_arguments, load_from_args
-from loadbalance.config import ConfigError
+from loadbalance.config import ConfigError, LoadBalancerConfig
 from loadbalance.cycle import CycleState, step, weights_from_config
 from loadbalance.decisions import decision_to_dict
 from loadbalance.errors import InvalidInput
 from loadbalance.snapshot import (
+    Snapshot,
     key_path,
     load_snapshot_document,
     snapshot_config,
@@ -102,8 +103,16 @@ def run(args: argparse.Namespace) -> int:
         snap = snapshot_from_document(doc, overrides, weights_from_config(config))
     except InvalidInput as e:
         return _invalid(e)
+    _write_cycles(args, snap, config, int(interval_minutes * MINUTE_MS))
+    return 0
+
+
+def _write_cycles(
+    args: argparse.Namespace, snap: Snapshot, config: LoadBalancerConfig, interval_ms: int
+) -> None:
+    """Run ``args.cycles`` cycles ``interval_ms`` apart over the snapshot's view; decisions
+    (and with ``--skips`` the skips) go to stdout as JSON lines, skips otherwise to stderr."""
     state = CycleState()
-    interval_ms = int(interval_minutes * MINUTE_MS)
     now = snap.now_ms
     out = sys.stdout
     for i in range(args.cycles):
@@ -119,7 +128,6 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(line, file=sys.stderr)
         now += interval_ms
-    return 0
 
 
 MAX_ERROR_CHARS = 1000

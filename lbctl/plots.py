@@ -78,6 +78,17 @@ def write_usage_png(
     fig, (ax, strip) = plt.subplots(
         2, 1, figsize=(10, 5.6), sharex=True, gridspec_kw={"height_ratios": [5, 1]}
     )
+    _draw_usage(ax, history, title, overloaded_pct)
+    _draw_decisions(ax, strip, history)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _draw_usage(ax: Any, history: UsageHistory, title: str, overloaded_pct: float) -> None:
+    """Each broker's usage over time, their mean, and the overloaded threshold."""
     t = history.times
     for broker in sorted(history.usage_pct):
         values = [float("nan") if v is None else v for v in history.usage_pct[broker]]
@@ -99,6 +110,9 @@ def write_usage_png(
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
+
+def _draw_decisions(ax: Any, strip: Any, history: UsageHistory) -> None:
+    """One strip row per decision kind applied, a faint line on the usage axes at each."""
     kinds = [k for k in _MARKERS if any(kind == k for _, kind in history.decisions)]
     for row, kind in enumerate(kinds):
         xs = [round(x, 0) for x, k in history.decisions if k == kind]  # one second per slot
@@ -119,8 +133,3 @@ def write_usage_png(
     strip.grid(axis="x", alpha=0.3)
     if kinds:
         strip.legend(loc="upper left", bbox_to_anchor=(1.01, 1.2), fontsize=8, frameon=False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -104,6 +104,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cycles", type=int, default=None, help="simulator cycles; stop once they are processed"
     )
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    _add_process_arguments(p)
+    add_config_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _add_process_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the services are, how fast the processes run, and what the run leaves behind."""
     p.add_argument("--bootstrap-servers", default=None, help="real Kafka instead of embedded")
     p.add_argument("--redis-url", default=None, help="real Redis instead of embedded")
     p.add_argument(
@@ -148,8 +155,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.5,
         help="--fast only: wall-clock pause per virtual minute (default 0.5)",
     )
-    add_config_arguments(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
