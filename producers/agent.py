@@ -250,23 +250,8 @@ class Agent:
         if not self.rule.check_due(self.last_check_ms, now_ms):
             return False
         self.last_check_ms = now_ms
-        try:
-            stats = self.stats_provider.fetch()
-        except Transient as e:
-            log.warning("bundle stats unreachable, skipping this check: %s", e)
-            metrics.AGENT_PROVIDER_FAILURES.labels(reason="unreachable").inc()
-            return False
-        except Exception as e:  # a report problem: keep the broker's leases, publish nothing
-            kept = self.last_good_stats.bundles if self.last_good_stats else frozenset()
-            log.warning(
-                "bundle stats refused (%s); heartbeat and %d leases kept, no report: %s",
-                type(e).__name__,
-                len(kept),
-                e,
-            )
-            metrics.AGENT_PROVIDER_FAILURES.labels(reason="invalid").inc()
-            metrics.AGENT_CHECKS.labels(published="false").inc()
-            self._keep_leases(kept, now_ms)
+        stats = self._fetch_stats(now_ms)
+        if stats is None:
             return False
         self.last_good_stats = stats
         self._count_issues(stats)
@@ -285,6 +270,32 @@ class Agent:
         if not verdict.publish:
             metrics.AGENT_CHECKS.labels(published="false").inc()
             return False
+        return self._publish(report, verdict, now_ms)
+
+    def _fetch_stats(self, now_ms: int) -> BundleStatsSnapshot | None:
+        """The provider's bundle stats, or None after a failure was logged and counted (for a
+        refused answer, the bundles last reported well keep their leases)."""
+        try:
+            return self.stats_provider.fetch()
+        except Transient as e:
+            log.warning("bundle stats unreachable, skipping this check: %s", e)
+            metrics.AGENT_PROVIDER_FAILURES.labels(reason="unreachable").inc()
+            return None
+        except Exception as e:  # a report problem: keep the broker's leases, publish nothing
+            kept = self.last_good_stats.bundles if self.last_good_stats else frozenset()
+            log.warning(
+                "bundle stats refused (%s); heartbeat and %d leases kept, no report: %s",
+                type(e).__name__,
+                len(kept),
+                e,
+            )
+            metrics.AGENT_PROVIDER_FAILURES.labels(reason="invalid").inc()
+            metrics.AGENT_CHECKS.labels(published="false").inc()
+            self._keep_leases(kept, now_ms)
+            return None
+
+    def _publish(self, report: LocalBrokerData, verdict: PublishVerdict, now_ms: int) -> bool:
+        """Publish ``report``; True when Kafka took it (a failure waits for the next check)."""
         try:
             self.publisher.publish(self.broker_id, encode_report(report))
         except LoadBalancerError as e:
