@@ -256,22 +256,8 @@ def broker_report(
         producers += s.producer_count
         consumers += s.consumer_count
     kb_per_s = (ti + to) / KBYTES
-    cpu = (
-        cost.idle_cpu_fraction * spec.cpu_limit_pct
-        + cost.cpu_pct_per_msg_per_s * (ri + ro)
-        + cost.cpu_pct_per_kbyte_per_s * kb_per_s
-    )
-    if cost.cpu_noise_fraction > 0:
-        cpu *= 1.0 + rng.gauss(0.0, cost.cpu_noise_fraction)
-    cpu = min(max(cpu, 0.0), spec.cpu_limit_pct)
-    heap = min(
-        spec.memory_mb * cost.heap_base_fraction + topics * cost.heap_mb_per_topic, spec.memory_mb
-    )
-    direct = min(
-        spec.direct_memory_mb * cost.direct_base_fraction
-        + kb_per_s * cost.direct_mb_per_kbyte_per_s,
-        spec.direct_memory_mb,
-    )
+    cpu = _cpu_pct(spec, cost, ri + ro, kb_per_s, rng)
+    heap, direct = _memory_mb(spec, cost, topics, kb_per_s)
     nic_in = min(ti / KBYTES, spec.nic_kbytes_per_s)
     nic_out = min(to / KBYTES, spec.nic_kbytes_per_s)
     return LocalBrokerData(
@@ -296,6 +282,35 @@ def broker_report(
         pulsar_service_url=f"pulsar://{spec.name}:6650",
         broker_version="sim",
     )
+
+
+def _cpu_pct(
+    spec: BrokerSpec, cost: CostModel, msg_per_s: float, kb_per_s: float, rng: random.Random
+) -> float:
+    """CPU in percent: idle share plus a cost per message and per KB, with noise, capped."""
+    cpu = (
+        cost.idle_cpu_fraction * spec.cpu_limit_pct
+        + cost.cpu_pct_per_msg_per_s * msg_per_s
+        + cost.cpu_pct_per_kbyte_per_s * kb_per_s
+    )
+    if cost.cpu_noise_fraction > 0:
+        cpu *= 1.0 + rng.gauss(0.0, cost.cpu_noise_fraction)
+    return min(max(cpu, 0.0), spec.cpu_limit_pct)
+
+
+def _memory_mb(
+    spec: BrokerSpec, cost: CostModel, topics: int, kb_per_s: float
+) -> tuple[float, float]:
+    """Heap (a base plus a cost per topic) and direct memory (a base plus a cost per KB/s), MB."""
+    heap = min(
+        spec.memory_mb * cost.heap_base_fraction + topics * cost.heap_mb_per_topic, spec.memory_mb
+    )
+    direct = min(
+        spec.direct_memory_mb * cost.direct_base_fraction
+        + kb_per_s * cost.direct_mb_per_kbyte_per_s,
+        spec.direct_memory_mb,
+    )
+    return heap, direct
 
 
 def reports_at(
