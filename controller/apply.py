@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from loadbalance.bundles import parse_bundle
+from loadbalance.bundles import BundleRange, NamespaceBundles, parse_bundle
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.values import OutcomeKind
@@ -126,34 +126,9 @@ def _apply(store: DecisionStore, d: Decision, now_ms: int, ttl_ms: int, dry_run:
         return Outcome(d.id, REJECTED, f"unknown namespace {r.namespace}")
 
     if d.kind == SPLIT:
-        if not nb.contains(r):
-            pieces = {r.lower, r.upper, *d.split_boundaries}
-            if pieces <= set(nb.boundaries):
-                return Outcome(d.id, ALREADY_SATISFIED, "the split already happened")
-            return Outcome(d.id, REJECTED, f"bundle gone: {d.bundle} is no longer current")
-        if dry_run:
-            return Outcome(d.id, DRY_RUN, f"would split at {len(d.split_boundaries)} points")
-        store.split_bundle(d.bundle, d.split_boundaries, expected_version=nb.version)
-        return Outcome(d.id, APPLIED)
-
+        return _apply_split(store, d, r, nb, dry_run)
     if d.kind == MERGE:
-        other = parse_bundle(d.merge_bundle or "")
-        lo, hi = min(r.lower, other.lower), max(r.upper, other.upper)
-        if not (nb.contains(r) and nb.contains(other)):
-            merged = f"{r.namespace}/0x{lo:08x}_0x{hi:08x}"
-            if nb.contains(merged):
-                return Outcome(d.id, ALREADY_SATISFIED, "the merge already happened")
-            return Outcome(d.id, REJECTED, "bundle gone: a merged bundle is no longer current")
-        owners = {
-            x.broker if x else None
-            for x in (store.owner(d.bundle, now_ms), store.owner(other.name, now_ms))
-        }
-        if len(owners) > 1:
-            return Outcome(d.id, REJECTED, "owner changed: the bundles have different owners")
-        if dry_run:
-            return Outcome(d.id, DRY_RUN, "would merge")
-        store.merge_bundles(d.bundle, other.name, expected_version=nb.version)
-        return Outcome(d.id, APPLIED)
+        return _apply_merge(store, d, r, nb, now_ms, dry_run)
 
     if not nb.contains(r):
         return Outcome(d.id, REJECTED, f"bundle gone: {d.bundle} is no longer current")
@@ -186,3 +161,46 @@ def _apply(store: DecisionStore, d: Decision, now_ms: int, ttl_ms: int, dry_run:
         return Outcome(d.id, APPLIED)
 
     return Outcome(d.id, REJECTED, f"unknown decision kind {d.kind}")
+
+
+def _apply_split(
+    store: DecisionStore, d: Decision, r: BundleRange, nb: NamespaceBundles, dry_run: bool
+) -> Outcome:
+    """Split at the decision's boundaries, guarded by the namespace version."""
+    if not nb.contains(r):
+        pieces = {r.lower, r.upper, *d.split_boundaries}
+        if pieces <= set(nb.boundaries):
+            return Outcome(d.id, ALREADY_SATISFIED, "the split already happened")
+        return Outcome(d.id, REJECTED, f"bundle gone: {d.bundle} is no longer current")
+    if dry_run:
+        return Outcome(d.id, DRY_RUN, f"would split at {len(d.split_boundaries)} points")
+    store.split_bundle(d.bundle, d.split_boundaries, expected_version=nb.version)
+    return Outcome(d.id, APPLIED)
+
+
+def _apply_merge(
+    store: DecisionStore,
+    d: Decision,
+    r: BundleRange,
+    nb: NamespaceBundles,
+    now_ms: int,
+    dry_run: bool,
+) -> Outcome:
+    """Merge two adjacent bundles with one owner (or none), guarded by the namespace version."""
+    other = parse_bundle(d.merge_bundle or "")
+    lo, hi = min(r.lower, other.lower), max(r.upper, other.upper)
+    if not (nb.contains(r) and nb.contains(other)):
+        merged = f"{r.namespace}/0x{lo:08x}_0x{hi:08x}"
+        if nb.contains(merged):
+            return Outcome(d.id, ALREADY_SATISFIED, "the merge already happened")
+        return Outcome(d.id, REJECTED, "bundle gone: a merged bundle is no longer current")
+    owners = {
+        x.broker if x else None
+        for x in (store.owner(d.bundle, now_ms), store.owner(other.name, now_ms))
+    }
+    if len(owners) > 1:
+        return Outcome(d.id, REJECTED, "owner changed: the bundles have different owners")
+    if dry_run:
+        return Outcome(d.id, DRY_RUN, "would merge")
+    store.merge_bundles(d.bundle, other.name, expected_version=nb.version)
+    return Outcome(d.id, APPLIED)
