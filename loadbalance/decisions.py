@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from loadbalance.bundles import parse_bundle
+from loadbalance.bundles import BundleRange, parse_bundle
 from loadbalance.errors import InvalidDecision, InvalidInput
 from loadbalance.values import DecisionKind, DecisionReason, SkipReason
 
@@ -231,6 +231,52 @@ def decode_decision(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_DECISION_B
 
 
 def _decode(raw: bytes | str, max_bytes: int) -> Decision:
+    doc = _document(raw, max_bytes)
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise InvalidDecision("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    kind = DecisionKind(kind)
+    rng, merge_bundle = _bundles(doc)
+    bounds = _split_bounds(doc, rng)
+    if kind == SPLIT and not bounds:
+        raise InvalidDecision("splitBoundaries", "a split needs at least one boundary")
+    if kind == MERGE and merge_bundle is None:
+        raise InvalidDecision("mergeBundle", "a merge needs the second bundle")
+    inputs = _inputs(doc)
+    decided = doc.get("decidedAtMs", 0)
+    if isinstance(decided, bool) or not isinstance(decided, int) or not 0 <= decided <= MAX_TIME_MS:
+        raise InvalidDecision("decidedAtMs", "must be an integer from 0 to 2^63-1")
+    did = doc.get("id")
+    if not isinstance(did, str) or not (8 <= len(did) <= 128):
+        raise InvalidDecision("id", "must be a string of 8 to 128 characters")
+    if not did.isprintable() or not _unicode_ok(did):
+        raise InvalidDecision("id", "must be printable, valid Unicode")
+    src = _opt_str(doc, "sourceBroker")
+    dst = _opt_str(doc, "destinationBroker")
+    if kind == TRANSFER and dst is None:
+        raise InvalidDecision("destinationBroker", "a transfer needs a destination")
+    if src is not None and dst is not None and src == dst:
+        raise InvalidDecision("destinationBroker", "destination is the source broker")
+    cycle, reason, strategy, algo = _texts(doc)
+    return Decision(
+        id=did,
+        kind=kind,
+        bundle=rng.name,  # canonical spelling: Redis keys and events use exactly this name
+        source_broker=src,
+        destination_broker=dst,
+        split_boundaries=tuple(sorted(bounds)),
+        split_algorithm=algo,
+        merge_bundle=merge_bundle,
+        reason=reason,
+        strategy=strategy,
+        inputs=MappingProxyType(inputs),
+        cycle=cycle,
+        decided_at_ms=decided,
+    )
+
+
+def _document(raw: bytes | str, max_bytes: int) -> dict[str, Any]:
+    """The record as a JSON object of the supported schema version, within ``max_bytes``."""
     if len(raw) > max_bytes:
         raise InvalidDecision("record", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
     try:
@@ -244,10 +290,12 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
     version = doc.get("schemaVersion")
     if type(version) is not int or version != SCHEMA_VERSION:
         raise InvalidDecision("schemaVersion", f"unsupported version {version!r}")
-    kind = doc.get("kind")
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise InvalidDecision("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
-    kind = DecisionKind(kind)
+    return doc
+
+
+def _bundles(doc: dict[str, Any]) -> tuple[BundleRange, str | None]:
+    """The bundle's range and the canonical name of the merge partner, if any: printable,
+    valid names, the partner adjacent and in the same namespace."""
     bundle = _opt_str(doc, "bundle")
     if bundle is None:
         raise InvalidDecision("bundle", "missing")
@@ -261,13 +309,17 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
         other = parse_bundle(merge_bundle) if merge_bundle is not None else None
     except InvalidInput as e:
         raise InvalidDecision(e.field, e.reason) from None
-    bundle = rng.name  # canonical spelling: Redis keys and events use exactly this name
-    if other is not None:
-        if other.namespace != rng.namespace:
-            raise InvalidDecision("mergeBundle", "must be in the same namespace as the bundle")
-        if not (other.lower == rng.upper or other.upper == rng.lower):
-            raise InvalidDecision("mergeBundle", "must be adjacent to the bundle (no overlap)")
-        merge_bundle = other.name
+    if other is None:
+        return rng, None
+    if other.namespace != rng.namespace:
+        raise InvalidDecision("mergeBundle", "must be in the same namespace as the bundle")
+    if not (other.lower == rng.upper or other.upper == rng.lower):
+        raise InvalidDecision("mergeBundle", "must be adjacent to the bundle (no overlap)")
+    return rng, other.name
+
+
+def _split_bounds(doc: dict[str, Any], rng: BundleRange) -> list[int]:
+    """The split boundaries: at most 1024 distinct points strictly inside the bundle."""
     raw_bounds = doc.get("splitBoundaries") or []
     if not isinstance(raw_bounds, list) or len(raw_bounds) > 1024:
         raise InvalidDecision("splitBoundaries", "must be a list of at most 1024 boundaries")
@@ -284,10 +336,11 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
         bounds.append(v)
     if len(set(bounds)) != len(bounds):
         raise InvalidDecision("splitBoundaries", "boundaries repeat")
-    if kind == SPLIT and not bounds:
-        raise InvalidDecision("splitBoundaries", "a split needs at least one boundary")
-    if kind == MERGE and merge_bundle is None:
-        raise InvalidDecision("mergeBundle", "a merge needs the second bundle")
+    return bounds
+
+
+def _inputs(doc: dict[str, Any]) -> dict[str, Scalar]:
+    """The inputs that led to the decision: at most 256 scalars, valid Unicode."""
     inputs = doc.get("inputs") or {}
     if not isinstance(inputs, dict) or len(inputs) > 256:
         raise InvalidDecision("inputs", "must be an object with at most 256 entries")
@@ -298,20 +351,11 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
         if not _unicode_ok(k) or (isinstance(v, str) and not _unicode_ok(v)):
             raise InvalidDecision("inputs", "contains a lone surrogate (not valid Unicode)")
         clean[str(k)] = v
-    decided = doc.get("decidedAtMs", 0)
-    if isinstance(decided, bool) or not isinstance(decided, int) or not 0 <= decided <= MAX_TIME_MS:
-        raise InvalidDecision("decidedAtMs", "must be an integer from 0 to 2^63-1")
-    did = doc.get("id")
-    if not isinstance(did, str) or not (8 <= len(did) <= 128):
-        raise InvalidDecision("id", "must be a string of 8 to 128 characters")
-    if not did.isprintable() or not _unicode_ok(did):
-        raise InvalidDecision("id", "must be printable, valid Unicode")
-    src = _opt_str(doc, "sourceBroker")
-    dst = _opt_str(doc, "destinationBroker")
-    if kind == TRANSFER and dst is None:
-        raise InvalidDecision("destinationBroker", "a transfer needs a destination")
-    if src is not None and dst is not None and src == dst:
-        raise InvalidDecision("destinationBroker", "destination is the source broker")
+    return clean
+
+
+def _texts(doc: dict[str, Any]) -> tuple[str, str, str, str | None]:
+    """cycle, reason, strategy and split algorithm: strings of at most 256 characters."""
     cycle = doc.get("cycle", "")
     reason = doc.get("reason", "")
     strategy = doc.get("strategy", "")
@@ -326,18 +370,4 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
             raise InvalidDecision(name, "must be a string of at most 256 characters")
         if not _unicode_ok(val):
             raise InvalidDecision(name, "contains a lone surrogate (not valid Unicode)")
-    return Decision(
-        id=did,
-        kind=kind,
-        bundle=bundle,
-        source_broker=src,
-        destination_broker=dst,
-        split_boundaries=tuple(sorted(bounds)),
-        split_algorithm=algo,
-        merge_bundle=merge_bundle,
-        reason=reason,
-        strategy=strategy,
-        inputs=MappingProxyType(clean),
-        cycle=cycle,
-        decided_at_ms=decided,
-    )
+    return cycle, reason, strategy, algo
