@@ -313,19 +313,9 @@ class DecisionStage:
         self._start()
         assert self._progress_store is not None and self._progress is not None
         assert self._view is not None
-        if self._progress.cycle_pending:
-            # The last committed batch's cycle never published (the process stopped, or the
-            # cycle failed): run it now, over the view committed with that batch, which is the
-            # view held here (nothing of this batch is applied yet), so its ids are the same.
-            log.info("batch %d: completing its policy cycle", self._progress.batch)
-            self._complete_cycle(self._progress, None)
-        progress = self._progress
-        if batch_id <= progress.batch:
-            log.info("batch %d already completed (last %d): skipped", batch_id, progress.batch)
-            self._report(
-                BatchStats(batch_id, len(pdf), 0, 0, 0.0, progress.now_ms, 0, skipped=True)
-            )
+        if self._skip_completed(batch_id, len(pdf)):
             return
+        progress = self._progress
         # A producer per batch, created here on the driver: nothing outlives the batch, so a
         # stopped query leaves no client behind (and none is ever shipped to an executor).
         sink = KafkaSink(self.bootstrap_servers, self.client_config)
@@ -357,6 +347,33 @@ class DecisionStage:
             max_event_ms,
             collect_ms=collect_ms,
         )
+        self._cycle_or_warm(progress, new, stats, started, due)
+
+    def _skip_completed(self, batch_id: int, rows: int) -> bool:
+        """Complete the last committed batch's pending cycle; whether ``batch_id`` was already
+        completed (a replay after a restart), and is skipped."""
+        assert self._progress is not None
+        if self._progress.cycle_pending:
+            # The last committed batch's cycle never published (the process stopped, or the
+            # cycle failed): run it now, over the view committed with that batch, which is the
+            # view held here (nothing of this batch is applied yet), so its ids are the same.
+            log.info("batch %d: completing its policy cycle", self._progress.batch)
+            self._complete_cycle(self._progress, None)
+        progress = self._progress
+        if batch_id <= progress.batch:
+            log.info("batch %d already completed (last %d): skipped", batch_id, progress.batch)
+            self._report(BatchStats(batch_id, rows, 0, 0, 0.0, progress.now_ms, 0, skipped=True))
+            return True
+        return False
+
+    def _cycle_or_warm(
+        self, progress: Progress, new: Progress, stats: BatchStats, started: float, due: bool
+    ) -> None:
+        """After the commit: run the due policy cycle (here or in the background), else warm the
+        view when a cycle is near, and finish the batch's report."""
+        assert self._view is not None
+        now_ms = new.now_ms
+        batch_id = new.batch
         if due:
             if self.background_cycles:
                 thread = threading.Thread(

@@ -320,17 +320,7 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
     # without loading it
     import pyarrow as pa
 
-    schema = pa.schema(
-        [
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("timestampType", pa.int32()),
-        ]
-    )
+    schema = _record_schema(pa)
     columns: dict[str, list[Any]] = {name: [] for name in schema.names}
 
     def flush() -> Any:
@@ -356,35 +346,59 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
                     f"{part.topic}[{part.partition}]: no records for {config.poll_timeout_s}s "
                     f"while reading [{part.start}, {part.end})"
                 )
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        done = message.offset() >= part.end
-                        if done:
-                            break
-                        continue
-                    raise KafkaException(error)
-                offset = message.offset()
-                if offset >= part.end:
-                    done = True
-                    break
-                next_offset = offset + 1
-                ts_type, ts_ms = message.timestamp()
-                columns["key"].append(message.key())
-                columns["value"].append(message.value())
-                columns["topic"].append(part.topic)
-                columns["partition"].append(part.partition)
-                columns["offset"].append(offset)
-                columns["timestamp"].append(ts_ms * 1000 if ts_type else None)
-                columns["timestampType"].append(_TIMESTAMP_TYPE.get(ts_type, -1))
+            done, last = _take(messages, part, columns)
+            if last is not None:
+                next_offset = last + 1
                 last_progress = time.monotonic()
-                if offset >= part.end - 1:
-                    done = True
-                    break
             if len(columns["offset"]) >= _ARROW_BATCH_ROWS:
                 yield flush()
         if columns["offset"]:
             yield flush()
     finally:
         consumer.close()
+
+
+def _record_schema(pa: Any) -> Any:
+    """The Arrow schema of the records ``read_offset_range`` yields (KAFKA_SCHEMA's columns)."""
+    return pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("timestampType", pa.int32()),
+        ]
+    )
+
+
+def _take(
+    messages: list[Any], part: KafkaOffsetRange, columns: dict[str, list[Any]]
+) -> tuple[bool, int | None]:
+    """Append the records of ``messages`` inside the range to ``columns``; whether the range is
+    read to its end, and the last offset appended (None if none was)."""
+    last = None
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                if message.offset() >= part.end:
+                    return True, last
+                continue
+            raise KafkaException(error)
+        offset = message.offset()
+        if offset >= part.end:
+            return True, last
+        last = offset
+        ts_type, ts_ms = message.timestamp()
+        columns["key"].append(message.key())
+        columns["value"].append(message.value())
+        columns["topic"].append(part.topic)
+        columns["partition"].append(part.partition)
+        columns["offset"].append(offset)
+        columns["timestamp"].append(ts_ms * 1000 if ts_type else None)
+        columns["timestampType"].append(_TIMESTAMP_TYPE.get(ts_type, -1))
+        if offset >= part.end - 1:
+            return True, last
+    return False, last
