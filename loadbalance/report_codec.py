@@ -36,6 +36,14 @@ At most ``MAX_LISTED_ISSUES`` issues are kept (``issue_counts`` has all of them 
 rejection raises ``InvalidReport`` whose ``field`` names the JSON path and whose ``reason`` says
 what is wrong, both cut to ``MAX_REASON_CHARS`` so a dead letter built from them stays small.
 ``encode_report`` writes ``LocalBrokerData``, for the agent and the simulator.
+
+One decoder, two shapes. ``decode_report_columns`` is the decoder: it yields the broker's
+figures and its bundles' figures as arrays (``loadbalance.report_columns.ReportColumns``), which
+is what the streaming parse stage needs; ``decode_report`` builds its ``LocalBrokerData`` from
+that result, so both accept, refuse and report exactly the same. The per-bundle rules are
+``_bundle`` and ``_stats``, applied one bundle at a time; ``report_columns.bundle_columns``
+checks the common case (every name canonical, every figure plain) on whole columns first and
+answers only when those rules would pass every bundle unchanged.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ from collections import Counter
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
+
+import numpy as np
 
 from loadbalance.bundles import BundleRange, parse_bundle
 from loadbalance.errors import InvalidInput, InvalidReport
@@ -63,15 +73,20 @@ from loadbalance.model import (
     ReportIssue,
     ResourceUsage,
 )
+from loadbalance.report_columns import (
+    MAX_NUMBER,
+    ReportColumns,
+    bundle_columns,
+    columns_from_stats,
+    report_from_columns,
+)
 
 DEFAULT_MAX_REPORT_BYTES = 1024 * 1024
 MAX_BUNDLES_PER_REPORT = 100_000
 MAX_BROKER_ID_CHARS = 256
 # A reading above this multiple of its limit is a broken sensor, not an overload.
 MAX_USAGE_OVER_LIMIT = 10.0
-# Above 2^53 a float no longer holds every integer; no real rate, count or usage gets near it,
-# and the cap keeps sums of up to MAX_BUNDLES_PER_REPORT values finite.
-MAX_NUMBER = float(2**53)
+# MAX_NUMBER (2^53, from report_columns): the largest figure accepted anywhere in a report.
 MAX_REASON_CHARS = 300
 MAX_LISTED_ISSUES = 20
 
@@ -205,14 +220,25 @@ def _broker_from_url(url: str) -> str:
     return rest.split("/", 1)[0]
 
 
+def decode_report_columns(
+    raw: bytes | str,
+    broker_id: str | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_REPORT_BYTES,
+) -> ReportColumns:
+    """Decode one report into columns; ``broker_id`` is the record key, else
+    ``webServiceUrl``'s host:port. The one decoder (see the module docstring)."""
+    return columns_from_document(load_report_document(raw, max_bytes=max_bytes), broker_id)
+
+
 def decode_report(
     raw: bytes | str,
     broker_id: str | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_REPORT_BYTES,
 ) -> LocalBrokerData:
-    """Decode one report; ``broker_id`` is the record key, else ``webServiceUrl``'s host:port."""
-    return report_from_document(load_report_document(raw, max_bytes=max_bytes), broker_id)
+    """``decode_report_columns`` with one ``NamespaceBundleStats`` per bundle."""
+    return report_from_columns(decode_report_columns(raw, broker_id, max_bytes=max_bytes))
 
 
 def load_report_document(
@@ -234,14 +260,20 @@ def load_report_document(
     return doc
 
 
-def report_from_document(doc: dict[str, Any], broker_id: str | None = None) -> LocalBrokerData:
-    """The last step of ``decode_report``: ``report_from_dict`` with field and reason capped."""
+def columns_from_document(doc: dict[str, Any], broker_id: str | None = None) -> ReportColumns:
+    """The last step of ``decode_report_columns``: ``columns_from_dict`` with field and reason
+    capped."""
     try:
-        return report_from_dict(doc, broker_id)
+        return columns_from_dict(doc, broker_id)
     except InvalidReport as e:
         if len(e.field) <= MAX_REASON_CHARS and len(e.reason) <= MAX_REASON_CHARS:
             raise
         raise InvalidReport(_cap(e.field), _cap(e.reason)) from None
+
+
+def report_from_document(doc: dict[str, Any], broker_id: str | None = None) -> LocalBrokerData:
+    """``columns_from_document`` with one ``NamespaceBundleStats`` per bundle."""
+    return report_from_columns(columns_from_document(doc, broker_id))
 
 
 def report_type_of(doc: Mapping[str, Any]) -> str:
@@ -290,16 +322,73 @@ def _resources(source: Mapping[str, Any], prefix: str, issues: _Issues) -> dict[
     return kw
 
 
-def _bundle_stats(
-    raw_stats: Any, path: str, issues: _Issues
-) -> tuple[dict[str, NamespaceBundleStats], set[BundleRange], set[str]]:
-    """Stats by canonical name, the ranges of all usable names, and the usable names."""
-    if not raw_stats:  # null, [] and other empty values: no stats
-        raw_stats = {}
+class _Bundles:
+    """A report's bundles once judged: the names with stats (in document order) and their
+    figures as columns, and every usable bundle name (with stats or only listed)."""
+
+    __slots__ = ("counts", "every", "names", "values")
+
+    def __init__(
+        self, names: list[str], values: np.ndarray, counts: np.ndarray, every: frozenset[str]
+    ) -> None:
+        self.names, self.values, self.counts, self.every = names, values, counts, every
+
+
+def _stats_container(raw_stats: Any, path: str) -> dict[Any, Any]:
+    """The stats object (null, [] and other empty values: none); refuse a wrong type or size."""
+    if not raw_stats:
+        return {}
     if not isinstance(raw_stats, dict):
         raise InvalidReport(path, "must be an object of bundle -> stats")
     if len(raw_stats) > MAX_BUNDLES_PER_REPORT:
         raise InvalidReport(path, f"more than {MAX_BUNDLES_PER_REPORT} bundles")
+    return raw_stats
+
+
+def _bundles_container(raw_bundles: Any) -> list[Any] | None:
+    """The ``bundles`` list, or None when absent; refuse a wrong type or size."""
+    if raw_bundles is None:
+        return None
+    if not isinstance(raw_bundles, list):
+        raise InvalidReport("bundles", "must be a list of bundle names")
+    if len(raw_bundles) > MAX_BUNDLES_PER_REPORT:
+        raise InvalidReport("bundles", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
+    return raw_bundles
+
+
+def _judge_bundles(raw_stats: Any, path: str, raw_bundles: Any, issues: _Issues) -> _Bundles:
+    """The per-bundle rules over a report's stats object and (``LocalBrokerData`` only) its
+    ``bundles`` list: containers first, then each entry, then the overlap rule."""
+    stats_doc = _stats_container(raw_stats, path)
+    listed_doc = _bundles_container(raw_bundles)
+    fast = bundle_columns(stats_doc, listed_doc)
+    if fast is not None:
+        return _Bundles(*fast)
+    return _judge_each_bundle(stats_doc, path, listed_doc, issues)
+
+
+def _judge_each_bundle(
+    stats_doc: dict[Any, Any], path: str, listed_doc: list[Any] | None, issues: _Issues
+) -> _Bundles:
+    """The per-bundle rules, one entry at a time: what ``bundle_columns`` must agree with."""
+    stats, ranges, names = _bundle_stats(stats_doc, path, issues)
+    for i, b in enumerate(listed_doc or ()):
+        try:
+            r = _bundle(b, f"bundles[{i}]")
+        except InvalidReport as e:
+            issues.add(BUNDLE_SKIPPED, e.field, e.reason)
+            continue
+        ranges.add(r)
+        names.add(r.name)
+    _check_no_overlap(ranges)
+    values, counts = columns_from_stats(stats.values())
+    return _Bundles(list(stats), values, counts, frozenset(names))
+
+
+def _bundle_stats(
+    raw_stats: dict[Any, Any], path: str, issues: _Issues
+) -> tuple[dict[str, NamespaceBundleStats], set[BundleRange], set[str]]:
+    """Stats by canonical name, the ranges of all usable names, and the usable names."""
     ranges: set[BundleRange] = set()
     names: set[str] = set()
     stats: dict[str, NamespaceBundleStats] = {}
@@ -334,6 +423,13 @@ def _broker_id(doc: Mapping[str, Any], broker_id: str | None, web: str) -> str:
 def report_from_dict(
     doc: Mapping[str, Any], broker_id: str | None = None, *, report_type: str | None = None
 ) -> LocalBrokerData:
+    """``columns_from_dict`` with one ``NamespaceBundleStats`` per bundle."""
+    return report_from_columns(columns_from_dict(doc, broker_id, report_type=report_type))
+
+
+def columns_from_dict(
+    doc: Mapping[str, Any], broker_id: str | None = None, *, report_type: str | None = None
+) -> ReportColumns:
     """Validate an already-parsed report document of any of the three load managers.
 
     ``report_type`` forces the document kind (default: ``report_type_of(doc)``)."""
@@ -349,19 +445,19 @@ def report_from_dict(
             system = None
         kw.update(_resources(doc if system is None else system, "" if system is None
                              else "systemResourceUsage.", issues))  # fmt: skip
-        stats, ranges, listed = _bundle_stats(doc.get("bundleStats"), "bundleStats", issues)
-        s = list(stats.values())
+        found = _judge_bundles(doc.get("bundleStats"), "bundleStats", None, issues)
+        tp_in, tp_out, rate_in, rate_out = found.values.T.tolist()
+        topics, consumers, producers = found.counts.T.tolist()
         kw.update(
-            msg_rate_in=math.fsum(x.msg_rate_in for x in s),
-            msg_rate_out=math.fsum(x.msg_rate_out for x in s),
-            msg_throughput_in=math.fsum(x.msg_throughput_in for x in s),
-            msg_throughput_out=math.fsum(x.msg_throughput_out for x in s),
-            num_topics=sum(x.topics for x in s),
-            num_bundles=len(listed),
-            num_consumers=sum(x.consumer_count for x in s),
-            num_producers=sum(x.producer_count for x in s),
+            msg_rate_in=math.fsum(rate_in),
+            msg_rate_out=math.fsum(rate_out),
+            msg_throughput_in=math.fsum(tp_in),
+            msg_throughput_out=math.fsum(tp_out),
+            num_topics=sum(topics),
+            num_bundles=len(found.every),
+            num_consumers=sum(consumers),
+            num_producers=sum(producers),
         )
-        bundles = frozenset(listed)
         update_key = "timestamp" if "timestamp" in doc else "lastUpdate"
     elif kind == BROKER_LOAD_DATA:
         kw.update(_resources(doc, "", issues))
@@ -369,7 +465,8 @@ def report_from_dict(
             kw[attr] = _number(doc.get(key, 0.0), key)
         for key, attr in _BROKER_LOAD_DATA_COUNTS:
             kw[attr] = _count(doc.get(key, 0), key)
-        stats, ranges, bundles = {}, set(), frozenset()
+        values, counts = columns_from_stats(())
+        found = _Bundles([], values, counts, frozenset())
         issues.add(
             NO_BUNDLE_DATA,
             "record",
@@ -383,34 +480,18 @@ def report_from_dict(
             kw[attr] = _number(doc.get(key, 0.0), key)
         for key, attr in _COUNTS:
             kw[attr] = _count(doc.get(key, 0), key)
-        stats, ranges, listed = _bundle_stats(doc.get("lastStats"), "lastStats", issues)
-        raw_bundles = doc.get("bundles")
-        if raw_bundles is not None:
-            if not isinstance(raw_bundles, list):
-                raise InvalidReport("bundles", "must be a list of bundle names")
-            if len(raw_bundles) > MAX_BUNDLES_PER_REPORT:
-                raise InvalidReport("bundles", f"more than {MAX_BUNDLES_PER_REPORT} bundles")
-            for i, b in enumerate(raw_bundles):
-                try:
-                    r = _bundle(b, f"bundles[{i}]")
-                except InvalidReport as e:
-                    issues.add(BUNDLE_SKIPPED, e.field, e.reason)
-                    continue
-                ranges.add(r)
-                listed.add(r.name)
-        bundles = frozenset(listed)
+        found = _judge_bundles(doc.get("lastStats"), "lastStats", doc.get("bundles"), issues)
         update_key = "lastUpdate"
         source = doc.get("sourceReportType")  # written by report_to_dict for a re-read
         if source in REPORT_TYPES:
             kind = source
-    _check_no_overlap(ranges)
     last_update = _count(doc.get(update_key, 0), update_key)
     version = _text(doc.get("brokerVersionString") or "", "brokerVersionString")
     pulsar_url = _text(doc.get("pulsarServiceUrl") or "", "pulsarServiceUrl")
-    return LocalBrokerData(
+    head = LocalBrokerData(
         broker=broker,
-        bundles=bundles,
-        last_stats=MappingProxyType(stats),
+        bundles=found.every,
+        last_stats=MappingProxyType({}),
         last_update_ms=last_update,
         web_service_url=web,
         pulsar_service_url=pulsar_url,
@@ -420,6 +501,7 @@ def report_from_dict(
         issue_counts=tuple(sorted(issues.counts.items())),
         **kw,
     )
+    return ReportColumns(head, found.names, found.values, found.counts)
 
 
 def _resource_doc(r: ResourceUsage) -> dict[str, float]:

@@ -1,56 +1,58 @@
-"""Decode a load report straight into columns: the per-bundle figures as NumPy arrays.
+"""A report's bundles as columns, and the whole-column form of the codec's per-bundle rules.
 
-Why: decoding is the costliest per-record step of the streaming job. ``decode_report`` validates
-a report one bundle at a time, building a ``BundleRange`` and a ``NamespaceBundleStats`` per
-bundle, and the parse stage would turn those objects back into arrays anyway.
-``decode_report_columns`` checks the same rules on whole columns with one regular-expression
-pass and a few NumPy operations, several times faster for a report of thousands of bundles
-(figures in docs/benchmarks.md), and hands the parse stage the arrays it needs.
+Why columns: decoding is the costliest per-record step of the streaming job, and the parse stage
+wants the per-bundle figures as arrays. ``loadbalance.report_codec`` is the one decoder and the
+one definition of a valid report; it produces ``ReportColumns`` (``decode_report_columns``) and
+builds its ``LocalBrokerData`` from them (``decode_report``), so the two forms cannot disagree.
 
-The codec stays the single definition of a valid report. The fast path here accepts only the
-common case, each of whose rules is a plain restatement of the codec's: a ``LocalBrokerData``
-document (``report_type_of``; the simple and extensible managers' documents take the codec),
-every bundle name (the ``lastStats`` keys and the ``bundles`` entries) already in canonical form
+``bundle_columns`` is how the codec checks the common case fast: one regular-expression pass
+over the names and a few NumPy operations over the stats, instead of a ``BundleRange`` and a
+``NamespaceBundleStats`` per bundle (figures in docs/benchmarks.md). It is an accelerator, not a
+second definition: it answers only when every bundle entry certainly passes the codec's
+per-bundle rules with nothing to report, and then returns exactly what those rules would;
+on any doubt it returns ``None`` and the codec applies its rules one bundle at a time (which
+also names what it skipped or ignored). Each check here is a plain restatement of one codec
+rule: every name (the ``lastStats`` keys and the ``bundles`` entries) already canonical
 (``parse_bundle(n).name == n``: ``tenant/ns``, or a v1 heartbeat / SLA-monitor namespace),
-lower bound below upper, no two ranges of a namespace overlapping, every stats value an object
-whose fields are absent or an ``int``/``float`` (never a ``bool``) that is finite, non-negative,
-at most 2^53 and, for counts, whole; the rest of the report (everything but ``lastStats`` and
-``bundles``) goes through ``report_from_dict`` itself. A report with a bundle entry the codec
-would skip or a stats entry it would ignore is therefore off the fast path, and the codec's
-result, issues included, is the answer.
-On any doubt, a failed check, an unusual type or any exception, the already parsed document goes
-through the codec (``report_from_document``) and is converted with ``columns_from_report``, so
-every rejection is the codec's own ``InvalidReport`` and nothing the codec refuses is accepted.
-The contract, checked by differential tests: for every input, ``decode_report_columns`` raises
-what ``decode_report`` raises, or returns exactly
-``columns_from_report(decode_report(raw, broker_id, max_bytes=max_bytes))``.
+lower bound below upper, no two ranges of a namespace overlapping, and every stats value an
+object whose fields are absent or an ``int``/``float`` (never a ``bool``) that is finite,
+non-negative, at most 2^53 and, for counts, whole. ``tests/unit/test_report_columns.py``
+checks that it never answers differently from the per-bundle rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from loadbalance.model import LOCAL_BROKER_DATA, LocalBrokerData
-from loadbalance.report_codec import (
-    DEFAULT_MAX_REPORT_BYTES,
-    MAX_BUNDLES_PER_REPORT,
-    MAX_NUMBER,
-    load_report_document,
-    report_from_dict,
-    report_from_document,
-    report_type_of,
-)
+from loadbalance.model import LocalBrokerData, NamespaceBundleStats
+
+__all__ = [
+    "COUNT_FIELDS",
+    "MAX_NUMBER",
+    "VALUE_FIELDS",
+    "ReportColumns",
+    "bundle_columns",
+    "columns_from_report",
+    "columns_from_stats",
+    "report_from_columns",
+]
 
 # Stats fields in column order: STAT_COLUMNS of ``streaming.shard_state`` (the argument order of
 # ``TimeAverageMessageData.update_values``), then the three counts.
 VALUE_FIELDS = ("msgThroughputIn", "msgThroughputOut", "msgRateIn", "msgRateOut")
 COUNT_FIELDS = ("topics", "consumerCount", "producerCount")
+
+# Above 2^53 a float no longer holds every integer; no real rate, count or usage gets near it,
+# and the cap keeps sums of up to MAX_BUNDLES_PER_REPORT values finite.
+_MAX_INT = 2**53
+MAX_NUMBER = float(_MAX_INT)
 
 # One canonical bundle name per line, each line ending in "\n". The character class is
 # ``bundles._NAMESPACE_PART_RE``'s (printable ASCII, no "/" and no newline); the range is
@@ -68,7 +70,6 @@ _SUFFIX_CHARS = len("/0x00000000_0x00000000")
 _NIBBLE = np.zeros(256, dtype=np.int64)
 _NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
 _SHIFTS = np.arange(28, -1, -4, dtype=np.int64)
-_MAX_INT = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +77,10 @@ class ReportColumns:
     """One decoded report: the broker's figures, and its bundles' figures as columns.
 
     ``head`` is the report with ``last_stats`` empty (``bundles`` is kept); ``names`` are the
-    bundles of ``lastStats`` in the order the codec gives them; ``values`` is float64 ``[m, 4]``
-    (msg_throughput_in, msg_throughput_out, msg_rate_in, msg_rate_out) and ``counts`` int64
-    ``[m, 3]`` (topics, consumer_count, producer_count). Two values are equal only if their
-    arrays are equal bit for bit (same dtype, shape and bytes).
+    bundles with stats, in the order of the document (first spelling of each canonical name);
+    ``values`` is float64 ``[m, 4]`` (msg_throughput_in, msg_throughput_out, msg_rate_in,
+    msg_rate_out) and ``counts`` int64 ``[m, 3]`` (topics, consumer_count, producer_count). Two
+    values are equal only if their arrays are equal bit for bit (same dtype, shape and bytes).
     """
 
     head: LocalBrokerData
@@ -102,76 +103,68 @@ def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def columns_from_report(report: LocalBrokerData) -> ReportColumns:
-    """The columns of a report already decoded into objects (the slow path's conversion)."""
-    stats = report.last_stats
-    m = len(stats)
+def columns_from_stats(
+    stats: Iterable[NamespaceBundleStats],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` and ``counts`` of stats objects, in their order."""
+    rows = list(stats)
+    m = len(rows)
     values = np.array(
-        [
-            (s.msg_throughput_in, s.msg_throughput_out, s.msg_rate_in, s.msg_rate_out)
-            for s in stats.values()
-        ],
+        [(s.msg_throughput_in, s.msg_throughput_out, s.msg_rate_in, s.msg_rate_out) for s in rows],
         dtype=np.float64,
     ).reshape(m, 4)
     counts = np.array(
-        [(s.topics, s.consumer_count, s.producer_count) for s in stats.values()], dtype=np.int64
+        [(s.topics, s.consumer_count, s.producer_count) for s in rows], dtype=np.int64
     ).reshape(m, 3)
+    return values, counts
+
+
+def columns_from_report(report: LocalBrokerData) -> ReportColumns:
+    """The columns of a report held as objects (a built or re-read ``LocalBrokerData``)."""
+    values, counts = columns_from_stats(report.last_stats.values())
     head = dataclasses.replace(report, last_stats=MappingProxyType({}))
-    return ReportColumns(head, list(stats), values, counts)
+    return ReportColumns(head, list(report.last_stats), values, counts)
 
 
-def decode_report_columns(
-    raw: bytes | str,
-    broker_id: str | None = None,
-    *,
-    max_bytes: int = DEFAULT_MAX_REPORT_BYTES,
-) -> ReportColumns:
-    """``columns_from_report(decode_report(raw, broker_id, max_bytes=max_bytes))``, faster.
+def report_from_columns(columns: ReportColumns) -> LocalBrokerData:
+    """The report with one ``NamespaceBundleStats`` per row (float and int values exact)."""
+    stats = {
+        name: NamespaceBundleStats(
+            msg_throughput_in=v[0],
+            msg_throughput_out=v[1],
+            msg_rate_in=v[2],
+            msg_rate_out=v[3],
+            topics=c[0],
+            consumer_count=c[1],
+            producer_count=c[2],
+        )
+        for name, v, c in zip(
+            columns.names, columns.values.tolist(), columns.counts.tolist(), strict=True
+        )
+    }
+    return dataclasses.replace(columns.head, last_stats=MappingProxyType(stats))
 
-    Raises exactly what ``decode_report`` raises.
+
+def bundle_columns(
+    raw_stats: dict[Any, Any], raw_bundles: list[Any] | None
+) -> tuple[list[str], np.ndarray, np.ndarray, frozenset[str]] | None:
+    """``(names, values, counts, every bundle name)`` when every entry certainly passes the
+    codec's per-bundle rules with nothing skipped or ignored, else ``None`` (see above).
+
+    ``raw_stats`` is the ``lastStats`` object and ``raw_bundles`` the ``bundles`` list (or
+    None), both already checked by the codec for their container type and size.
     """
-    doc = load_report_document(raw, max_bytes=max_bytes)
     try:
-        fast = _fast_columns(doc, broker_id)
-    except Exception:  # any doubt: the codec decides, and names the problem
-        fast = None
-    if fast is not None:
-        return fast
-    return columns_from_report(report_from_document(doc, broker_id))
-
-
-def _fast_columns(doc: dict[str, Any], broker_id: str | None) -> ReportColumns | None:
-    """The common case's columns, or ``None`` when the codec must look at the document."""
-    if report_type_of(doc) != LOCAL_BROKER_DATA:
-        return None
-    raw_stats = doc.get("lastStats")
-    if raw_stats is None:
-        raw_stats = {}
-    raw_bundles = doc.get("bundles")
-    if type(raw_stats) is not dict or not (raw_bundles is None or type(raw_bundles) is list):
-        return None
-    if len(raw_stats) > MAX_BUNDLES_PER_REPORT:
-        return None
-    names = list(raw_stats)
-    if raw_bundles is None:
-        every = set(names)
-    else:
-        if len(raw_bundles) > MAX_BUNDLES_PER_REPORT:
+        names = list(raw_stats)
+        every = set(names) if raw_bundles is None else set(names).union(raw_bundles)
+        if not _ranges_ok(list(every)):
             return None
-        every = set(names).union(raw_bundles)  # a list or dict entry raises: the codec decides
-    if not _ranges_ok(list(every)):
+        columns = _stats_columns(list(raw_stats.values()))
+    except Exception:  # an unhashable entry, a non-string name: the codec's rules decide
         return None
-    columns = _stats_columns(list(raw_stats.values()))
     if columns is None:
         return None
-    values, counts = columns
-    head_doc = dict(doc)
-    head_doc.pop("lastStats", None)
-    head_doc.pop("bundles", None)
-    # raises on a bad head: the codec decides
-    head = report_from_dict(head_doc, broker_id, report_type=LOCAL_BROKER_DATA)
-    head = dataclasses.replace(head, bundles=frozenset(every))
-    return ReportColumns(head, names, values, counts)
+    return names, columns[0], columns[1], frozenset(every)
 
 
 def _ranges_ok(unique: list[str]) -> bool:
@@ -190,8 +183,8 @@ def _ranges_ok(unique: list[str]) -> bool:
     lower, upper = lower.sum(axis=1), upper.sum(axis=1)
     if not bool(np.all(lower < upper)):
         return False
-    # _check_no_overlap on the de-duplicated ranges: sorted by (namespace, lower, upper), a range
-    # must not start before the previous one of its namespace ends.
+    # The codec's overlap rule on the de-duplicated ranges: sorted by (namespace, lower, upper),
+    # a range must not start before the previous one of its namespace ends.
     spaces = [n[:-_SUFFIX_CHARS] for n in unique]
     code = {ns: i for i, ns in enumerate(sorted(set(spaces)))}
     ns = np.fromiter(map(code.__getitem__, spaces), dtype=np.int64, count=len(spaces))

@@ -2,12 +2,11 @@
 
 Why here and like this: decoding is the costliest per-record step (a report carries thousands of
 bundles), so it runs in ``mapInPandas`` on the executors, next to the source partitions. It uses
-the columnar decoder ``loadbalance.report_columns.decode_report_columns``: the samples are arrays
+the columnar decoder ``loadbalance.report_codec.decode_report_columns``: the samples are arrays
 anyway, and checking a report's bundles column by column is several times faster than building
-one ``BundleRange`` and one ``NamespaceBundleStats`` per bundle (docs/benchmarks.md). The pure
-codec ``loadbalance.report_codec`` remains the single definition of a valid report: the columnar
-decoder accepts exactly what ``decode_report`` accepts, with the same values, and any report off
-its fast path, every bad one included, is decided and named by the codec itself.
+one ``BundleRange`` and one ``NamespaceBundleStats`` per bundle (docs/benchmarks.md). It is the
+codec's one decoder (``decode_report`` builds its objects from its output), so the stream
+accepts, refuses and names exactly what every other reader of a report does.
 The query must never fail on bad input, so every record is handled on its own: an
 ``InvalidInput`` becomes a dead letter with the codec's field and reason, and ANY other exception
 becomes one with reason ``internal: <type>`` (a bug in our code must not stop the cluster's
@@ -38,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from loadbalance.errors import InvalidInput
-from loadbalance.report_codec import report_to_dict
-from loadbalance.report_columns import ReportColumns, decode_report_columns
+from loadbalance.report_codec import decode_report_columns, report_to_dict
+from loadbalance.report_columns import ReportColumns
 from loadbalance.view import UsageWeights
 from streaming.schema import (
     BROKER_PREFIX,

@@ -26,8 +26,8 @@ from loadbalance.model import (
     LocalBrokerData,
     ResourceUsage,
 )
-from loadbalance.report_codec import decode_report
-from loadbalance.report_columns import columns_from_report, decode_report_columns
+from loadbalance.report_codec import decode_report, decode_report_columns
+from loadbalance.report_columns import columns_from_report
 from loadbalance.snapshot import parse_snapshot
 from producers.agent import build_report
 from producers.bundle_stats import FileStatsProvider
