@@ -228,6 +228,41 @@ def _valid_range(
     return rng, None, ""
 
 
+def _hit_counts(state: SplitState, hot: Sequence[_Hot], seen: set[str]) -> dict[str, int]:
+    """Consecutive cycles each hot bundle has been hot: a bundle that cooled down, or is no
+    longer seen, starts again from zero."""
+    hits = {b: n for b, n in state.hit_counts.items() if b in seen}
+    hot_names = {h.bundle for h in hot}
+    for b in list(hits):
+        if b not in hot_names:
+            del hits[b]
+    for h in hot:
+        hits[h.bundle] = hits.get(h.bundle, 0) + 1
+    return hits
+
+
+def _split_decision(
+    h: _Hot,
+    points: Sequence[int],
+    algorithm: str,
+    inputs: dict[str, Any],
+    cycle: str,
+    now_ms: int,
+) -> Decision:
+    return make_decision(
+        cycle=cycle,
+        kind=SPLIT,
+        bundle=h.bundle,
+        source_broker=h.owner,
+        split_boundaries=tuple(points),
+        split_algorithm=algorithm,
+        reason=h.reason,
+        strategy=STRATEGY,
+        inputs=inputs,
+        decided_at_ms=now_ms,
+    )
+
+
 def find_bundles_to_split(
     view: ClusterView,
     config: LoadBalancerConfig,
@@ -246,15 +281,7 @@ def find_bundles_to_split(
     max_splits = config.load_balancer_max_number_of_bundles_to_split_per_cycle
     hot, seen = _hot_bundles(view, config)
 
-    hits: dict[str, int] = {}
-    if debounce:
-        hits = {b: n for b, n in state.hit_counts.items() if b in seen}
-        hot_names = {h.bundle for h in hot}
-        for b in list(hits):
-            if b not in hot_names:
-                del hits[b]
-        for h in hot:
-            hits[h.bundle] = hits.get(h.bundle, 0) + 1
+    hits = _hit_counts(state, hot, seen) if debounce else {}
 
     decisions: list[Decision] = []
     skips: list[Skip] = []
@@ -288,7 +315,6 @@ def find_bundles_to_split(
             skips.append(Skip(STRATEGY, SkipReason.NO_BOUNDARY, h.owner, h.bundle, detail))
             continue
         added[ns] = added.get(ns, 0) + len(points)
-        hit_count = hits.pop(h.bundle, 0)
         inputs: dict[str, Any] = {
             "topics": h.stats.topics,
             "sessions": h.stats.sessions,
@@ -298,21 +324,9 @@ def find_bundles_to_split(
             "namespaceBundleCount": count,
             **extra,
         }
+        hit_count = hits.pop(h.bundle, 0)
         if debounce:
             inputs["hitCount"] = hit_count
-        decisions.append(
-            make_decision(
-                cycle=cycle,
-                kind=SPLIT,
-                bundle=h.bundle,
-                source_broker=h.owner,
-                split_boundaries=tuple(points),
-                split_algorithm=algorithm,
-                reason=h.reason,
-                strategy=STRATEGY,
-                inputs=inputs,
-                decided_at_ms=now_ms,
-            )
-        )
+        decisions.append(_split_decision(h, points, algorithm, inputs, cycle, now_ms))
     new_state = SplitState(MappingProxyType(dict(sorted(hits.items()))))
     return new_state, PolicyResult(tuple(decisions), tuple(skips))
