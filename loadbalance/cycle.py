@@ -149,58 +149,16 @@ def step(
     busy: set[str] = set()
     if _due(last_split, config.load_balancer_split_interval_minutes, now_ms):
         split_ran, last_split = True, now_ms
-        if config.load_balancer_auto_bundle_split_enabled:
-            split_state, res = find_bundles_to_split(
-                view, config, split_state, now_ms=now_ms, cycle=cycle
-            )
-            # A bundle split within the grace period is gone (or about to be): not again.
-            fresh = [d for d in res.decisions if d.bundle not in recent]
-            decisions.extend(fresh)
-            skips.extend(res.skips)
-            busy.update(d.bundle for d in fresh)
-        if config.load_balancer_merge_enabled:
-            res = find_bundles_to_merge(view, config, now_ms=now_ms, cycle=cycle)
-            for d in res.decisions:
-                if d.bundle in busy or d.merge_bundle in busy:
-                    continue
-                decisions.append(d)
-                busy.update((d.bundle, d.merge_bundle or ""))
-            skips.extend(res.skips)
-
+        split_state = _split_and_merge(
+            view, config, split_state, recent, busy, decisions, skips, now_ms=now_ms, cycle=cycle
+        )
     if _due(last_shed, config.load_balancer_shedding_interval_minutes, now_ms):
         shedding_ran, last_shed = True, now_ms
-        shedder = make_shedder(config.shedding_strategy_name)
-        if not isinstance(shedder_state, shedder.state_type):
-            # none yet, or one another shedder left (the configuration changed): start afresh
-            shedder_state = shedder.initial_state()
-        if not config.load_balancer_shedding_enabled:
-            skips.append(
-                Skip(shedder.name, SkipReason.DISABLED, detail="loadBalancerSheddingEnabled=false")
-            )
-        elif len(view.brokers) <= 1:
-            skips.append(Skip(shedder.name, SkipReason.NO_BROKERS, detail="one broker or none"))
-        else:
-            # Bundles being split or merged now are out of reach, as if just unloaded, so the
-            # shedder picks others instead of choosing them and losing them here.
-            held = {**view.recently_unloaded, **dict.fromkeys(busy, now_ms)}
-            shed_view = replace(view, recently_unloaded=MappingProxyType(held))
-            shedder_state, res = shedder.find_bundles_for_unloading(
-                shed_view, config, shedder_state, now_ms=now_ms, cycle=cycle
-            )
-            skips.extend(res.skips)
-            shed = [d for d in res.decisions if d.bundle not in busy]
-            placed, placement_state = _place(
-                shed, view, config, placement_state, cycle, seed, now_ms
-            )
-            decisions.extend(placed)
-
-    for d in decisions:
-        if d.kind in (UNLOAD, TRANSFER, SPLIT):
-            recent[d.bundle] = now_ms
-        elif d.kind == MERGE:
-            recent[d.bundle] = now_ms
-            if d.merge_bundle:
-                recent[d.merge_bundle] = now_ms
+        shedder_state, placement_state = _shed(
+            view, config, shedder_state, placement_state, busy, decisions, skips,
+            now_ms=now_ms, cycle=cycle, seed=seed,
+        )  # fmt: skip
+    _mark_recent(recent, decisions, now_ms)
     new_state = CycleState(
         last_shedding_ms=last_shed,
         last_split_ms=last_split,
@@ -210,6 +168,91 @@ def step(
         recently_unloaded=MappingProxyType(recent),
     )
     return new_state, CycleResult(tuple(decisions), tuple(skips), shedding_ran, split_ran)
+
+
+def _split_and_merge(
+    view: ClusterView,
+    config: LoadBalancerConfig,
+    split_state: SplitState | None,
+    recent: Mapping[str, int],
+    busy: set[str],
+    decisions: list[Decision],
+    skips: list[Skip],
+    *,
+    now_ms: int,
+    cycle: str,
+) -> SplitState | None:
+    """The split and merge policies, when enabled; their decisions and skips are appended, the
+    bundles they touch added to ``busy``. The new split state."""
+    if config.load_balancer_auto_bundle_split_enabled:
+        split_state, res = find_bundles_to_split(
+            view, config, split_state, now_ms=now_ms, cycle=cycle
+        )
+        # A bundle split within the grace period is gone (or about to be): not again.
+        fresh = [d for d in res.decisions if d.bundle not in recent]
+        decisions.extend(fresh)
+        skips.extend(res.skips)
+        busy.update(d.bundle for d in fresh)
+    if config.load_balancer_merge_enabled:
+        res = find_bundles_to_merge(view, config, now_ms=now_ms, cycle=cycle)
+        for d in res.decisions:
+            if d.bundle in busy or d.merge_bundle in busy:
+                continue
+            decisions.append(d)
+            busy.update((d.bundle, d.merge_bundle or ""))
+        skips.extend(res.skips)
+    return split_state
+
+
+def _shed(
+    view: ClusterView,
+    config: LoadBalancerConfig,
+    shedder_state: ShedderState,
+    placement_state: PlacementState,
+    busy: set[str],
+    decisions: list[Decision],
+    skips: list[Skip],
+    *,
+    now_ms: int,
+    cycle: str,
+    seed: int,
+) -> tuple[ShedderState, PlacementState]:
+    """The configured shedder, its unloads placed; decisions and skips are appended. The new
+    shedder and placement states."""
+    shedder = make_shedder(config.shedding_strategy_name)
+    if not isinstance(shedder_state, shedder.state_type):
+        # none yet, or one another shedder left (the configuration changed): start afresh
+        shedder_state = shedder.initial_state()
+    if not config.load_balancer_shedding_enabled:
+        skips.append(
+            Skip(shedder.name, SkipReason.DISABLED, detail="loadBalancerSheddingEnabled=false")
+        )
+    elif len(view.brokers) <= 1:
+        skips.append(Skip(shedder.name, SkipReason.NO_BROKERS, detail="one broker or none"))
+    else:
+        # Bundles being split or merged now are out of reach, as if just unloaded, so the
+        # shedder picks others instead of choosing them and losing them here.
+        held = {**view.recently_unloaded, **dict.fromkeys(busy, now_ms)}
+        shed_view = replace(view, recently_unloaded=MappingProxyType(held))
+        shedder_state, res = shedder.find_bundles_for_unloading(
+            shed_view, config, shedder_state, now_ms=now_ms, cycle=cycle
+        )
+        skips.extend(res.skips)
+        shed = [d for d in res.decisions if d.bundle not in busy]
+        placed, placement_state = _place(shed, view, config, placement_state, cycle, seed, now_ms)
+        decisions.extend(placed)
+    return shedder_state, placement_state
+
+
+def _mark_recent(recent: dict[str, int], decisions: list[Decision], now_ms: int) -> None:
+    """Every bundle a decision moves, splits or merges enters its grace period now."""
+    for d in decisions:
+        if d.kind in (UNLOAD, TRANSFER, SPLIT):
+            recent[d.bundle] = now_ms
+        elif d.kind == MERGE:
+            recent[d.bundle] = now_ms
+            if d.merge_bundle:
+                recent[d.merge_bundle] = now_ms
 
 
 def _place(
