@@ -59,10 +59,9 @@ from loadbalance.time_average import (
     NUM_LONG_SAMPLES,
     NUM_SHORT_SAMPLES,
     BundleData,
-    TimeAverageBrokerData,
     TimeAverageMessageData,
 )
-from loadbalance.view import BrokerView, ClusterView, UsageWeights
+from loadbalance.view import BrokerLoad, ClusterView, LoadState, UsageWeights, build_view
 
 SNAPSHOT_VERSION = 1
 ROOT = "snapshot"
@@ -326,19 +325,16 @@ def snapshot_from_document(
             if name not in bundles:
                 bundles[name] = BundleData.new().update(stats)
 
-    brokers: dict[str, BrokerView] = {}
-    default = BundleData.new()
+    brokers: dict[str, BrokerLoad] = {}
     for broker, (report, entry, p) in reports.items():
         usage = entry.get("historyUsage")
-        ta = TimeAverageBrokerData.of(bundles.get(b, default) for b in report.bundles)
-        brokers[broker] = BrokerView(
+        brokers[broker] = BrokerLoad(
             report=report,
             history_usage=(
                 weights.weighted_max(report) if usage is None else _num(usage, f"{p}.historyUsage")
             ),
             msg_throughput_ema=_num_field(entry, "msgThroughputEma", p, report.msg_throughput),
-            time_average=ta,
-            updated_at_ms=_int_field(entry, "updatedAtMs", p, report.last_update_ms),
+            received_at_ms=_int_field(entry, "updatedAtMs", p, report.last_update_ms),
         )
 
     namespaces: dict[str, NamespaceBundles] = {}
@@ -363,11 +359,10 @@ def snapshot_from_document(
 
     newest = max((r.last_update_ms for r, _, _ in reports.values()), default=0)
     now_ms = _int_field(doc, "nowMs", ROOT, newest)
-    view = ClusterView(
-        brokers=MappingProxyType(brokers),
-        bundle_data=MappingProxyType(bundles),
-        namespaces=MappingProxyType(namespaces),
-        recently_unloaded=MappingProxyType(recent),
-        topic_hashes=MappingProxyType(hashes),
+    view = build_view(
+        LoadState(MappingProxyType(brokers), MappingProxyType(bundles)),
+        namespaces=namespaces,
+        recently_unloaded=recent,
+        topic_hashes=hashes,
     )
     return Snapshot(view, now_ms, MappingProxyType(dict(config_overrides)))

@@ -3,7 +3,9 @@
 ``LoadState`` is what the leader of a Pulsar cluster keeps in memory between reports: the last
 report per broker, its history-weighted usage, and each bundle's ``BundleData``. ``ingest``
 folds one report into it (the same arithmetic the Spark job runs per key, vectorised, in
-``streaming/``); ``build_view`` turns it into a ``ClusterView`` for one policy cycle.
+``streaming/``); ``build_view`` turns it into a ``ClusterView`` for one policy cycle. Every
+``ClusterView`` is made here: by ``build_view`` (the fast simulator, the streaming job's driver
+and the snapshot reader all go through it) or, for lookups placed since, ``with_preallocated``.
 
 Ownership in the view is what the brokers say they serve (their reports' ``bundles``), which is
 what Pulsar's shedders read too; the controller re-checks it against Redis before acting.
@@ -198,6 +200,19 @@ def build_view(
         bundle_data=state.bundles,
         namespaces=MappingProxyType(dict(namespaces or {})),
         recently_unloaded=MappingProxyType(dict(recently_unloaded or {})),
-        preallocated=MappingProxyType({k: dict(v) for k, v in (preallocated or {}).items()}),
+        preallocated=_preallocations(preallocated),
         topic_hashes=MappingProxyType(dict(topic_hashes or {})),
     )
+
+
+def with_preallocated(
+    view: ClusterView, preallocated: Mapping[str, Mapping[str, BundleData]] | None
+) -> ClusterView:
+    """The same view with other preallocations (lookups placed since it was built)."""
+    return replace(view, preallocated=_preallocations(preallocated))
+
+
+def _preallocations(
+    preallocated: Mapping[str, Mapping[str, BundleData]] | None,
+) -> Mapping[str, Mapping[str, BundleData]]:
+    return MappingProxyType({k: dict(v) for k, v in (preallocated or {}).items()})

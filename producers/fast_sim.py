@@ -55,6 +55,7 @@ from loadbalance.view import (
     forget_brokers,
     forget_bundles,
     ingest_many,
+    with_preallocated,
 )
 from metadata_store.ownership_memory import MemoryStore
 from producers.scenarios import (
@@ -251,14 +252,7 @@ class FastSim:
                 preallocated=self.preallocated,
             )
         else:
-            view = ClusterView(
-                brokers=view.brokers,
-                bundle_data=view.bundle_data,
-                namespaces=view.namespaces,
-                recently_unloaded=view.recently_unloaded,
-                preallocated=self.preallocated,
-                topic_hashes=view.topic_hashes,
-            )
+            view = with_preallocated(view, self.preallocated)
         selector = BrokerSelector(
             view,
             self.config,
