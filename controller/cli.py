@@ -388,7 +388,7 @@ def _decisions_tail(
 def _broker_load(
     store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig
 ) -> list[dict[str, Any]]:
-    raw = store.load_snapshot.broker_doc_raw(args.broker)
+    raw = store.load_snapshot.broker_docs_raw().get(args.broker)
     if raw is None:
         raise InvalidInput("broker", f"broker unknown or without a load report: {args.broker}")
     doc = json.loads(raw)
