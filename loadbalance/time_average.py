@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from loadbalance.model import NamespaceBundleStats
 
@@ -28,6 +29,17 @@ NUM_SHORT_SAMPLES = 10
 NUM_LONG_SAMPLES = 1000
 DEFAULT_MESSAGE_RATE = 50.0
 DEFAULT_MESSAGE_THROUGHPUT = 50000.0
+
+
+def fold_mean(old: Any, sample: Any, n: Any) -> Any:
+    """The one averaging fold: ``((n - 1) * old + sample) / n``, with ``n = min(samples so far +
+    1, max_samples)`` (``TimeAverageMessageData.update``).
+
+    Written with arithmetic operators only, so the core's per-bundle view folds a float with it
+    and the streaming job's shard state folds NumPy columns with it: the same IEEE operations in
+    the same order, hence the same bits, from one definition.
+    """
+    return ((n - 1) * old + sample) / n
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +65,13 @@ class TimeAverageMessageData:
         self, thr_in: float, thr_out: float, rate_in: float, rate_out: float
     ) -> TimeAverageMessageData:
         n = min(self.num_samples + 1, self.max_samples)
-        keep = n - 1
-
-        def avg(old: float, sample: float) -> float:
-            return (keep * old + sample) / n
-
         return TimeAverageMessageData(
             self.max_samples,
             n,
-            avg(self.msg_throughput_in, thr_in),
-            avg(self.msg_throughput_out, thr_out),
-            avg(self.msg_rate_in, rate_in),
-            avg(self.msg_rate_out, rate_out),
+            fold_mean(self.msg_throughput_in, thr_in, n),
+            fold_mean(self.msg_throughput_out, thr_out, n),
+            fold_mean(self.msg_rate_in, rate_in, n),
+            fold_mean(self.msg_rate_out, rate_out, n),
         )
 
     @property

@@ -38,6 +38,7 @@ from loadbalance.time_average import (
     DEFAULT_MESSAGE_THROUGHPUT,
     NUM_LONG_SAMPLES,
     NUM_SHORT_SAMPLES,
+    fold_mean,
 )
 from metadata_store.load_snapshot import (
     BundleShard,
@@ -232,6 +233,5 @@ def _step(
 ) -> np.ndarray:
     """One ``TimeAverageMessageData.update`` for the bundles ``ids`` (distinct), in place."""
     n = np.minimum(num[ids] + 1, max_samples)
-    keep = (n - 1).astype(np.float64)[:, None]
-    avg[ids] = (keep * avg[ids] + sample) / n.astype(np.float64)[:, None]
+    avg[ids] = fold_mean(avg[ids], sample, n.astype(np.float64)[:, None])
     return n
