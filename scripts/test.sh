@@ -7,6 +7,6 @@ cd "$repo_root"
 source scripts/bootstrap.sh
 echo "== ruff format --check"; ruff format --check .
 echo "== ruff check"; ruff check .
-echo "== lint-imports (pure core)"; lint-imports
+echo "== lint-imports (layers and the pure core)"; lint-imports
 echo "== pytest"
 python -m pytest "$@"
