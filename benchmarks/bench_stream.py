@@ -18,7 +18,10 @@ What it runs (everything local: embedded Tansu Kafka and Redis, Spark ``local[2]
 Tansu keeps every record in memory: the default run (40 x 2,500 = 100,000 bundles, 600 KB
 reports, 10 backlog rounds + 180 s live) holds about 1.2 GB there.
 
-    .venv/bin/python benchmarks/bench_stream.py [--brokers 40 --bundles 2500 ...] [--no-append]
+    .venv/bin/python benchmarks/bench_stream.py [--brokers 40 --bundles 2500 ...]
+
+It prints its figures as the Markdown table of docs/benchmarks.md's streaming section; the doc
+keeps one current table, so paste it there rather than appending runs.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from streaming.decide import BatchStats
 from streaming.job import StreamSettings, spark_session, start_query
 from streaming.shard_state import ShardState, shard_of
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 VARIANTS = 3  # pre-encoded reports per broker, rotated, so averages move without re-encoding
 
 
@@ -193,7 +195,8 @@ def main() -> int:
         action="store_true",
         help="run each policy cycle beside the next batch (lbctl stream --background-cycles)",
     )
-    ap.add_argument("--no-append", action="store_true", help="do not write docs/benchmarks.md")
+    # accepted for old command lines; the script never writes the doc
+    ap.add_argument("--no-append", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     import logging
 
@@ -322,12 +325,11 @@ def main() -> int:
         "decision_stage_ms_per_batch": round(driver_ms),
     }
     print(json.dumps(figures, indent=2))
-    if not args.no_append:
-        append_doc(args, figures)
+    print_doc_table(args, figures)
     return 0
 
 
-def append_doc(args: argparse.Namespace, f: dict) -> None:
+def print_doc_table(args: argparse.Namespace, f: dict) -> None:
     argv = " ".join(sys.argv[1:])
     text = f"""
 ## Streaming job
@@ -353,9 +355,7 @@ Script: `benchmarks/bench_stream.py` (method in its docstring). Command, on the 
 | state blob per bundle (bytes) | {f["state_blob_bytes_per_bundle"]} |
 | RocksDB SST per bundle (bytes) | {f["rocksdb_sst_bytes_per_bundle"]} |
 """
-    with DOC.open("a", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"appended to {DOC}")
+    print(text)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 _MARKERS = {"split": "^", "unload": "v", "transfer": "D", "merge": "s"}
 _KIND_COLOURS = {"split": "tab:purple", "unload": "tab:orange", "transfer": "tab:blue",
                  "merge": "tab:green"}  # fmt: skip
-INSTALL_HINT = "pip install matplotlib"
+INSTALL_HINT = "pip install 'pulsar-lb-stream[plots]' (scripts/bootstrap.sh installs it)"
 
 
 @dataclass
