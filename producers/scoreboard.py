@@ -15,6 +15,18 @@ the same starting ownership; only the policies differ. What is scored, and why:
 * **peak after event**: the highest broker usage seen after the first event (herding shows here).
 * **end MAD**: mean absolute deviation of broker usage over the last 5 cycles, in points.
 * **policy ms**: wall time of ``cycle.step`` plus lookups per cycle (the pure core only).
+* **bytes moved / connections disturbed** (what the moves cost the clients): per move, the
+  moved bundle's figures in the last report that showed it on the broker it left, at or before
+  the move's cycle (the traffic at the time of the move, not a long-term average, because that
+  is the traffic cut over). Bytes moved is its throughput in + out (bytes/s) times one report
+  interval, summed over moves, in GB: the traffic a move re-routes in the cycle it happens.
+  Connections disturbed is its producers + consumers summed over moves: every client of a moved
+  bundle's topics is disconnected and reconnects to the new owner. Both need the run's reports
+  (``keep_reports``); ``-`` without them.
+* **max moves of one bundle in 60 cycles**: the most moves any single bundle made inside any
+  window of 60 consecutive cycles, leaving out bundles a scenario event displaced (a crash or a
+  leave freed them, so moving them on is recovery, not churn). A bundle moved back and forth
+  shows here even when each move waits out the grace period.
 
 Outputs go to ``--out``: ``balance.json``, ``balance.md`` and ``balance.png`` (max and mean broker
 usage over time, one panel per scenario, one colour per pair).
@@ -25,18 +37,21 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loadbalance.config import LoadBalancerConfig
-from producers.fast_sim import SimRun, simulate
+from loadbalance.model import NamespaceBundleStats
+from producers.fast_sim import Move, SimRun, simulate
 from producers.scenarios import ADD_BROKERS, CRASH, REMOVE_BROKERS, RESTART, load_scenario
 
 BALANCE_RATIO = LoadBalancerConfig().load_balancer_balanced_max_over_mean  # one value: the knob
 HOLD_CYCLES = 5
+MOVE_WINDOW_CYCLES = 60
+GB = 1e9
 _IMPL = "org.apache.pulsar.broker.loadbalance.impl."
 _EXT = "org.apache.pulsar.broker.loadbalance.extensions.scheduler."
 
@@ -126,6 +141,9 @@ class Score:
     end_max_over_mean: float
     policy_ms_mean: float
     policy_ms_p90: float
+    bytes_moved_gb: float | None = None
+    connections_disturbed: int | None = None
+    max_moves_one_bundle_60: int = 0
     series_max_pct: list[float] = field(default_factory=list, repr=False)
     series_mean_pct: list[float] = field(default_factory=list, repr=False)
 
@@ -154,8 +172,62 @@ def balanced_after(ratios: Sequence[float], start: int, hold: int = HOLD_CYCLES)
     return None
 
 
-def score_run(run: SimRun, pair: StrategyPair, kinds: set[str]) -> Score:
-    """Turn one run's recordings into a scoreboard row."""
+def moved_stats(run: SimRun, move: Move) -> NamespaceBundleStats | None:
+    """The moved bundle's figures at the time of the move: those of the last report, at or
+    before the move's cycle, that showed it on the broker it left. A transfer's source reports it
+    in the move's own cycle; an unload is recorded when a later lookup places the bundle, so its
+    source reported it a cycle or more before. ``None`` without reports."""
+    for c in range(min(move.cycle, len(run.reports) - 1), -1, -1):
+        report = run.reports[c].get(move.source)
+        stats = None if report is None else report.last_stats.get(move.bundle)
+        if stats is not None:
+            return stats
+    return None
+
+
+def move_costs(run: SimRun, tick_seconds: float) -> tuple[float | None, int | None]:
+    """(bytes moved in GB, connections disturbed) over the run's moves; ``None`` without reports.
+
+    Bytes: throughput in + out (bytes/s) x one report interval per move. Connections: producers
+    + consumers of the moved bundle's topics per move."""
+    if not run.reports:
+        return None, None
+    total_bytes = 0.0
+    clients = 0
+    for m in run.moves:
+        stats = moved_stats(run, m)
+        if stats is None:
+            continue
+        total_bytes += (stats.msg_throughput_in + stats.msg_throughput_out) * tick_seconds
+        clients += stats.producer_count + stats.consumer_count
+    return round(total_bytes / GB, 2), clients
+
+
+def max_moves_in_window(
+    moves: Sequence[Move], exclude: Collection[str], window: int = MOVE_WINDOW_CYCLES
+) -> int:
+    """The most moves of one bundle inside any ``window`` consecutive cycles, leaving out the
+    bundles in ``exclude`` (those displaced by scenario events)."""
+    cycles: dict[str, list[int]] = {}
+    for m in moves:
+        if m.bundle not in exclude:
+            cycles.setdefault(m.bundle, []).append(m.cycle)
+    best = 0
+    for seen in cycles.values():
+        seen.sort()
+        lo = 0
+        for hi, c in enumerate(seen):
+            while c - seen[lo] >= window:
+                lo += 1
+            best = max(best, hi - lo + 1)
+    return best
+
+
+def score_run(
+    run: SimRun, pair: StrategyPair, kinds: set[str], *, tick_seconds: float = 60.0
+) -> Score:
+    """Turn one run's recordings into a scoreboard row (``tick_seconds``: one report interval,
+    the scenario's cycle, for bytes moved)."""
     ratios = [_ratio(u) for u in run.usage]
     start = max(run.event_cycles, default=0)
     first_event = min(run.event_cycles, default=None)
@@ -171,6 +243,7 @@ def score_run(run: SimRun, pair: StrategyPair, kinds: set[str]) -> Score:
         peak = max((max(u.values()) for u in run.usage[first_event:] if u), default=0.0) * 100
     tail = run.usage[-HOLD_CYCLES:]
     ms = sorted(run.policy_ms) or [0.0]
+    moved_gb, disturbed = move_costs(run, tick_seconds)
     return Score(
         scenario=run.scenario,
         pair=pair.key,
@@ -187,6 +260,9 @@ def score_run(run: SimRun, pair: StrategyPair, kinds: set[str]) -> Score:
         end_max_over_mean=round(ratios[-1], 3) if ratios else 0.0,
         policy_ms_mean=round(statistics.fmean(ms), 3),
         policy_ms_p90=round(ms[int(0.9 * (len(ms) - 1))], 3),
+        bytes_moved_gb=moved_gb,
+        connections_disturbed=disturbed,
+        max_moves_one_bundle_60=max_moves_in_window(run.moves, run.displaced),
         series_max_pct=[round(max(u.values()) * 100, 2) if u else 0.0 for u in run.usage],
         series_mean_pct=[round(sum(u.values()) / len(u) * 100, 2) if u else 0.0 for u in run.usage],
     )
@@ -196,8 +272,8 @@ def run_one(scenario_name: str, pair_key: str, seed: int, cycles: int | None) ->
     """One (scenario, pair) run; a module-level function so a process pool can call it."""
     scenario = load_scenario(scenario_name, seed)
     pair = PAIRS[pair_key]
-    run = simulate(scenario, pair.overrides, seed=seed, cycles=cycles)
-    return score_run(run, pair, scenario.kinds)
+    run = simulate(scenario, pair.overrides, seed=seed, cycles=cycles, keep_reports=True)
+    return score_run(run, pair, scenario.kinds, tick_seconds=scenario.tick_ms / 1000.0)
 
 
 def run_scoreboard(
@@ -224,6 +300,9 @@ COLUMNS = (
     ("moves", "moves"),
     ("splits", "splits"),
     ("oscillations", "oscillations"),
+    ("max_moves_one_bundle_60", "max moves of a bundle in 60 cycles"),
+    ("bytes_moved_gb", "GB moved"),
+    ("connections_disturbed", "connections disturbed"),
     ("useful", "useful"),
     ("churn", "churn"),
     ("peak_after_event_pct", "peak after event %"),

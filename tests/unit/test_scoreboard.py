@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from loadbalance.model import LocalBrokerData, NamespaceBundleStats
 from producers.cli import register
 from producers.fast_sim import Move, SimRun
 from producers.scenarios import ADD_BROKERS, REMOVE_BROKERS
@@ -12,6 +13,7 @@ from producers.scoreboard import (
     COLUMNS,
     PAIRS,
     balanced_after,
+    max_moves_in_window,
     run_scoreboard,
     score_run,
     to_markdown,
@@ -56,6 +58,53 @@ def test_scale_in_counts_moves_of_bundles_that_were_not_displaced_as_churn() -> 
     assert s.churn == 1 and s.useful is None and s.oscillations == 1
 
 
+def _report(broker: str, **stats: NamespaceBundleStats) -> LocalBrokerData:
+    return LocalBrokerData(broker=broker, bundles=frozenset(stats), last_stats=stats)
+
+
+def test_bytes_moved_and_connections_disturbed_use_the_bundle_on_the_broker_it_left() -> None:
+    # x: 1 MB/s in + 3 MB/s out, 2 producers + 5 consumers; y: 0.5 + 0.5 MB/s, 1 + 1 clients.
+    # y grows to 9 MB/s on its new broker, which must not count: the move cut over 1 MB/s.
+    x = NamespaceBundleStats(
+        msg_throughput_in=1e6, msg_throughput_out=3e6, producer_count=2, consumer_count=5
+    )
+    y = NamespaceBundleStats(
+        msg_throughput_in=5e5, msg_throughput_out=5e5, producer_count=1, consumer_count=1
+    )
+    y_later = NamespaceBundleStats(msg_throughput_in=9e6, producer_count=50)
+    reports = [
+        {"a": _report("a", x=x, y=y), "b": _report("b")},
+        {"a": _report("a", x=x, y=y), "b": _report("b")},  # cycle 1: both shed from a
+        {"a": _report("a"), "b": _report("b", x=x)},  # x transferred at cycle 1
+        {"a": _report("a"), "b": _report("b", x=x), "c": _report("c", y=y_later)},
+    ]
+    # A transfer of x at cycle 1; y unloaded at cycle 1 and placed by the lookup of cycle 3.
+    moves = [Move(1, "x", "a", "b", "transfer", False), Move(3, "y", "a", "c", "unload", False)]
+    run = _run(moves, reports=reports)
+    s = score_run(run, PAIRS["ours"], set(), tick_seconds=60.0)
+    # (4 MB/s + 1 MB/s) x 60 s = 300 MB; clients 7 + 2.
+    assert s.bytes_moved_gb == 0.3
+    assert s.connections_disturbed == 9
+    s = score_run(run, PAIRS["ours"], set(), tick_seconds=120.0)
+    assert s.bytes_moved_gb == 0.6
+    assert score_run(_run(moves), PAIRS["ours"], set()).bytes_moved_gb is None  # no reports
+
+
+def test_max_moves_of_one_bundle_counts_inside_60_cycles_and_skips_displaced_bundles() -> None:
+    def moved(bundle: str, *cycles: int) -> list[Move]:
+        return [Move(c, bundle, "a", "b", "transfer", False) for c in cycles]
+
+    # x: 0, 10, 60, 65 -> cycles 10..69 hold three; y twice; d (displaced) five times.
+    moves = moved("x", 0, 10, 60, 65) + moved("y", 3, 4) + moved("d", 1, 2, 3, 4, 5)
+    assert max_moves_in_window(moves, {"d"}) == 3
+    assert max_moves_in_window(moves, set()) == 5
+    assert max_moves_in_window(moved("x", 0, 60, 120), set()) == 1  # 60 apart: two windows
+    assert max_moves_in_window(moved("x", 0, 59), set()) == 2
+    assert max_moves_in_window([], set()) == 0
+    run = _run(moves, displaced={"d"})
+    assert score_run(run, PAIRS["ours"], set()).max_moves_one_bundle_60 == 3
+
+
 def test_verdict_compares_ours_with_the_best_pulsar_pair() -> None:
     run = _run([], event_cycles=[])
     run.usage = [{"a": 0.9, "b": 0.1}] * 3 + [{"a": 0.5, "b": 0.5}] * 9
@@ -83,6 +132,11 @@ def test_a_tiny_scoreboard_writes_json_markdown_and_png(tmp_path: Path) -> None:
         assert key in row
     for key in ("peak_after_event_pct", "end_mad_pct", "policy_ms_mean", "series_max_pct"):
         assert key in row
+    moved = [r for r in doc["rows"] if r["moves"] > 0]
+    assert moved, "a pair moved bundles in 15 cycles"
+    for r in moved:
+        assert r["bytes_moved_gb"] > 0 and r["connections_disturbed"] > 0
+        assert r["max_moves_one_bundle_60"] >= 1
     assert len(row["series_max_pct"]) == 15
     md = paths["md"].read_text()
     assert md.startswith("| " + " | ".join(t for _, t in COLUMNS))
