@@ -13,8 +13,13 @@ converted from rates into usage on *that* broker. Two problems of Pulsar's strat
 
 A bundle never seen before (no samples: typically a child of a split a moment ago) would count as
 Pulsar's default 50 msg/s, so every child of a hot bundle would look tiny and land on the same
-broker. Instead its load is estimated from the reported bundle whose range contains it (the
-parent, still in the last reports), scaled by the share of the parent's hash range it covers.
+broker (the emptiest one, even a weak one it then saturates). Instead its load is inherited
+(``LoadIndex``) from the closest ancestor the view knows: the smallest range with data that
+contains it, the parent still in a broker's last report or, once the parent has left the
+reports, the parent's averages the view still holds (the load snapshot keeps a split bundle's
+averages until they expire). The ancestor's short-term averages are divided by the share of its
+topics that fall in the child where the view knows the topics' hashes (``topic_hashes``, the input
+of the topic-count split), else by the share of its hash range the child covers.
 
 Candidates whose projection would pass ``loadBalancerBrokerOverloadedThresholdPercentage`` are
 avoided unless every candidate would. Exact ties are broken with the caller's seeded ``rng``.
@@ -26,9 +31,10 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from loadbalance.bundles import bundle_namespace, parse_bundle
+from loadbalance.bundles import FULL_UPPER, BundleRange, parse_bundle
 from loadbalance.errors import InvalidBundle
 from loadbalance.model import NamespaceBundleStats
 from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
@@ -39,49 +45,118 @@ if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
 
 
-_Ranges = dict[str, tuple[list[int], list[tuple[int, NamespaceBundleStats]]]]
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A range whose load the view knows (a reported bundle, or one with averages)."""
+
+    lower: int
+    upper: int
+    name: str
+    load: BundleLoad
 
 
-def reported_ranges(view: ClusterView) -> _Ranges:
-    """namespace -> (sorted lower bounds, [(upper, stats)]) of every reported bundle."""
-    tmp: dict[str, list[tuple[int, int, NamespaceBundleStats]]] = {}
-    for name in sorted(view.brokers):
-        for bundle, stats in view.brokers[name].report.last_stats.items():
-            try:
-                r = parse_bundle(bundle)
-            except InvalidBundle:
+def _load_of(name: str, view: ClusterView, stats: NamespaceBundleStats | None) -> BundleLoad:
+    """A known bundle's load: its short-term averages if sampled, else its last report."""
+    data = view.bundle_data.get(name)
+    if data is not None and data.short_term.num_samples > 0:
+        return BundleLoad.of_data(data)
+    if stats is not None:
+        return BundleLoad.of_stats(stats)
+    return BundleLoad.of_data(BundleData.new())
+
+
+class LoadIndex:
+    """Loads of the bundles a view knows, to estimate one it has never sampled.
+
+    Two lists per namespace: the reported bundles (disjoint ranges, searched by bisection) and
+    the bundles with averages that no broker reports any more (split parents until they expire,
+    bundles of a broker that left; few, searched in full). Built on the first estimate that needs
+    it, estimates cached by name: one index serves one view."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self._view = view
+        self._reported: dict[str, tuple[list[int], list[_Known]]] | None = None
+        self._unreported: dict[str, list[_Known]] = {}
+        self._cache: dict[str, BundleLoad] = {}
+
+    def _build(self) -> dict[str, tuple[list[int], list[_Known]]]:
+        view = self._view
+        rows: dict[str, list[_Known]] = {}
+        seen: set[str] = set()
+        for broker in sorted(view.brokers):
+            for bundle, stats in view.brokers[broker].report.last_stats.items():
+                r = _parse(bundle)
+                if r is None or bundle in seen:
+                    continue
+                seen.add(bundle)
+                known = _Known(r.lower, r.upper, bundle, _load_of(bundle, view, stats))
+                rows.setdefault(r.namespace, []).append(known)
+        for bundle in sorted(view.bundle_data.keys() - seen):
+            if view.bundle_data[bundle].short_term.num_samples <= 0:
                 continue
-            tmp.setdefault(r.namespace, []).append((r.lower, r.upper, stats))
-    out: _Ranges = {}
-    for ns, rows in tmp.items():
-        rows.sort(key=lambda t: t[0])
-        out[ns] = ([t[0] for t in rows], [(t[1], t[2]) for t in rows])
-    return out
+            r = _parse(bundle)
+            if r is not None:
+                known = _Known(r.lower, r.upper, bundle, _load_of(bundle, view, None))
+                self._unreported.setdefault(r.namespace, []).append(known)
+        out: dict[str, tuple[list[int], list[_Known]]] = {}
+        for ns, ks in rows.items():
+            ks.sort(key=lambda k: k.lower)
+            out[ns] = ([k.lower for k in ks], ks)
+        return out
 
+    def estimate(self, bundle: str, data: BundleData) -> BundleLoad:
+        """The bundle's short-term load or, if never sampled, its share of its closest ancestor's
+        (Pulsar's defaults when the view knows no range containing it)."""
+        if data.short_term.num_samples > 0:
+            return BundleLoad.of_data(data)
+        cached = self._cache.get(bundle)
+        if cached is None:
+            cached = self._cache[bundle] = self._inherited(bundle, data)
+        return cached
 
-def estimate_load(bundle: str, data: BundleData, ranges: _Ranges) -> BundleLoad:
-    """The bundle's short-term load, or, if never sampled, its share of the reported parent's."""
-    if data.short_term.num_samples > 0:
-        return BundleLoad.of_data(data)
-    found = ranges.get(bundle_namespace(bundle))
-    try:
-        r = parse_bundle(bundle)
-    except InvalidBundle:
-        return BundleLoad.of_data(data)
-    if found is not None:
-        lowers, rows = found
+    def _inherited(self, bundle: str, data: BundleData) -> BundleLoad:
+        r = _parse(bundle)
+        if r is None:
+            return BundleLoad.of_data(data)
+        if self._reported is None:
+            self._reported = self._build()
+        candidates: list[_Known] = []
+        lowers, rows = self._reported.get(r.namespace, ([], []))
         i = bisect.bisect_right(lowers, r.lower) - 1
         if i >= 0:
-            upper, stats = rows[i]
-            lower = lowers[i]
-            if lower <= r.lower and r.upper <= upper and upper > lower:
-                share = (r.upper - r.lower) / (upper - lower)
-                return BundleLoad(
-                    stats.msg_rate * share,
-                    stats.msg_throughput_in * share,
-                    stats.msg_throughput_out * share,
-                )
-    return BundleLoad.of_data(data)
+            candidates.append(rows[i])
+        candidates.extend(self._unreported.get(r.namespace, ()))
+        enclosing = [
+            k for k in candidates if k.lower <= r.lower and r.upper <= k.upper and k.name != bundle
+        ]
+        if not enclosing:
+            return BundleLoad.of_data(data)
+        parent = min(enclosing, key=lambda k: (k.upper - k.lower, k.name))
+        share = _share(r.lower, r.upper, parent, self._view.topic_hashes.get(parent.name))
+        p = parent.load
+        return BundleLoad(
+            p.msg_rate_per_s * share,
+            p.throughput_in_bytes_per_s * share,
+            p.throughput_out_bytes_per_s * share,
+        )
+
+
+def _parse(bundle: str) -> BundleRange | None:
+    try:
+        return parse_bundle(bundle)
+    except InvalidBundle:
+        return None
+
+
+def _share(lower: int, upper: int, parent: _Known, hashes: Sequence[int] | None) -> float:
+    """The child's share of the parent: of its topics when their hashes are known, else of its
+    hash range (the last bundle of a ring includes its upper bound)."""
+    if hashes:
+        last = parent.upper == FULL_UPPER and upper == FULL_UPPER
+        inside = sum(1 for h in hashes if lower <= h < upper or (last and h == upper))
+        return inside / len(hashes)
+    width = parent.upper - parent.lower
+    return (upper - lower) / width if width > 0 else 1.0
 
 
 def projected_scores(
@@ -90,17 +165,17 @@ def projected_scores(
     view: ClusterView,
     preallocated: Mapping[str, Mapping[str, BundleData]],
     config: LoadBalancerConfig,
-    ranges: _Ranges | None = None,
+    index: LoadIndex | None = None,
 ) -> dict[str, float]:
     """Each known candidate's projected load (fraction) if ``load`` were placed there."""
     model = UsageModel(view, Weights.of(config))
-    ranges = ranges if ranges is not None else {}
+    index = index if index is not None else LoadIndex(view)
     scores: dict[str, float] = {}
     for c in sorted(set(candidates)):
         if c not in model.brokers:
             continue
         for name, data in preallocated.get(c, {}).items():
-            model.add(c, estimate_load(name, data, ranges))
+            model.add(c, index.estimate(name, data))
         scores[c] = model.load_if_added(c, load)
     return scores
 
@@ -112,11 +187,11 @@ class LeastProjectedUsage:
     state_type: ClassVar[type] = type(None)
 
     def __init__(self) -> None:
-        self._ranges_for: int | None = None
-        self._ranges: _Ranges = {}
+        self._index_for: ClusterView | None = None
+        self._index: LoadIndex | None = None
 
     def initial_state(self) -> None:
-        """Stateless across selections (the range index above is a per-view cache)."""
+        """Stateless across selections (the load index above is a per-view cache)."""
         return None
 
     def select_broker(
@@ -130,11 +205,11 @@ class LeastProjectedUsage:
         rng: random.Random,
         state: None,
     ) -> tuple[None, str | None]:
-        if self._ranges_for != id(view):
-            # one selector serves one view; index its reported ranges once, not per lookup
-            self._ranges, self._ranges_for = reported_ranges(view), id(view)
-        load = estimate_load(bundle, bundle_data, self._ranges)
-        scores = projected_scores(candidates, load, view, preallocated, config, self._ranges)
+        if self._index is None or self._index_for is not view:
+            # one selector serves one view; index its known ranges once, not per lookup
+            self._index, self._index_for = LoadIndex(view), view
+        load = self._index.estimate(bundle, bundle_data)
+        scores = projected_scores(candidates, load, view, preallocated, config, self._index)
         if not scores:
             return None, None
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0

@@ -14,8 +14,7 @@ from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsa
 from loadbalance.placement.pipeline import BrokerSelector
 from loadbalance.strategies.least_projected_usage import (
     LeastProjectedUsage,
-    estimate_load,
-    reported_ranges,
+    LoadIndex,
 )
 from loadbalance.strategies.projected_usage_shedder import (
     ProjectedShedderState,
@@ -220,7 +219,7 @@ def test_a_split_child_is_estimated_from_its_reported_parent() -> None:
     mid = parent.lower + (parent.upper - parent.lower) // 2
     low, high = ns.children_of_split(parent, [mid])
     v = view_of(broker("a", 8, {parent.name: 40_000.0}), broker("b", 8, {}))
-    est = estimate_load(low, BundleData.new(), reported_ranges(v))
+    est = LoadIndex(v).estimate(low, BundleData.new())
     assert est.msg_rate_per_s == pytest.approx(20_000.0, rel=1e-6)
     # a (50 %) still reports the parent; each child adds 25 % wherever it goes
     sel = BrokerSelector(v, make_config(), random.Random(1), LeastProjectedUsage())
