@@ -22,9 +22,21 @@ PIP-220's ``[50,50,50,50,50,0]``); UniformLoadShedder balances message rates, no
   ``loadBalanceSheddingDelayInSeconds``) and counts them in the projection meanwhile, so a slow
   report never makes it move the same load twice.
 
-It never moves a bundle in the grace period (``view.recently_unloaded``), never takes a broker's
-last bundle, and caps moves per cycle at ``maxUnloadBundleNumPerShedding`` when that is positive,
-else at twice the number of brokers (at least 10).
+It never moves a bundle in the grace period (``view.recently_unloaded``) and caps moves per
+cycle at ``maxUnloadBundleNumPerShedding`` when that is positive, else at twice the number of
+brokers (at least 10).
+
+**A broker's last bundle.** Pulsar's shedders never unload a broker's only bundle (ThresholdShedder
+and OverloadShedder skip a broker with one bundle; UniformLoadShedder and TransferShedder need a
+bundle left behind), on the reasoning that moving it only moves the hot spot. That holds between
+equal brokers, not between a 1 Gbps broker and a 25 Gbps one: a heavy bundle placed on a weak
+broker pins it far above the others for good. Here a broker whose **only** bundle makes it
+overloaded (above ``loadBalancerBrokerOverloadedThresholdPercentage``) or far above the mean
+(``lone_ratio`` x mean) gives that bundle up when some other broker would host it at a projected
+load at least ``lone_margin`` below the source's current load (to the broker with the lowest such
+projection, not necessarily the idlest: the idlest may be another weak one). Moving a lone bundle
+between equal brokers never clears the margin, so a lone bundle between equal brokers stays; the
+grace period and the never-back rule above stop it from returning.
 """
 
 from __future__ import annotations
@@ -90,12 +102,16 @@ class ProjectedUsageShedder:
         target_ratio: float = 1.04,
         min_spread: float = 0.03,
         min_gain: float = 1e-6,
+        lone_ratio: float = 1.25,
+        lone_margin: float = 0.10,
     ) -> None:
         self.trigger_ratio = trigger_ratio
         self.underload_ratio = underload_ratio
         self.target_ratio = target_ratio
         self.min_spread = min_spread
         self.min_gain = min_gain
+        self.lone_ratio = lone_ratio
+        self.lone_margin = lone_margin
 
     def initial_state(self) -> ProjectedShedderState:
         return ProjectedShedderState()
@@ -168,6 +184,8 @@ class ProjectedUsageShedder:
             pick = None
             if counts[s] > 1:
                 pick = self._pick(model, s, d, movable[s], loads, came_from)
+            elif counts[s] == 1 and self._lone_hot(loads[s], mean, config):
+                pick, d = self._pick_lone(model, s, movable[s], loads, came_from)
             if pick is None:
                 stuck.add(s)
                 continue
@@ -208,6 +226,33 @@ class ProjectedUsageShedder:
             if transfer:
                 pending[pick.bundle] = PendingMove(s, d, now_ms, pick.load)
         return out
+
+    def _lone_hot(self, load: float, mean: float, config: LoadBalancerConfig) -> bool:
+        """Whether a broker's only bundle may go: it is overloaded, or far above the mean."""
+        threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        return load > threshold or load > mean * self.lone_ratio
+
+    def _pick_lone(
+        self,
+        model: UsageModel,
+        s: str,
+        cands: list[_Candidate],
+        loads: Mapping[str, float],
+        came_from: Mapping[str, str],
+    ) -> tuple[_Candidate | None, str]:
+        """A lone bundle and the broker that would host it lowest, if that is at least
+        ``lone_margin`` below the source's load now (else ``(None, s)``)."""
+        if len(cands) != 1:
+            return None, s  # in the grace period, pending, or idle: it stays
+        c = cands[0]
+        best, best_load = s, loads[s] - self.lone_margin
+        for d in sorted(loads):
+            if d == s or came_from.get(c.bundle) == d:
+                continue
+            projected = model.load_if_added(d, c.load)
+            if projected < best_load:
+                best, best_load = d, projected
+        return (c, best) if best != s else (None, s)
 
     def _pick(
         self,

@@ -149,7 +149,7 @@ def test_an_empty_broker_is_filled_where_threshold_shedder_would_not_act() -> No
     assert after["new"] > 0.3
 
 
-def test_bundles_in_grace_period_and_a_brokers_last_bundle_never_move() -> None:
+def test_bundles_in_grace_period_and_a_lone_bundle_between_equal_brokers_never_move() -> None:
     v = view_of(
         broker("a", 8, {BUNDLES[0]: 40_000.0, BUNDLES[1]: 10_000.0}),
         broker("b", 8, {BUNDLES[2]: 5_000.0}),
