@@ -333,6 +333,14 @@ class LoadBalancerConfig(BaseModel):
         "Prefer brokers with the fewest bundles of the namespace.",
         alias="loadBalancerDistributeBundlesEvenlyEnabled",
     )
+    load_balancer_placement_projected_overload_check_enabled: bool = _f(
+        False,
+        "Ours: refuse a destination the bundle's estimated load (its averages, or its share of "
+        "its closest ancestor's) would push past loadBalancerBrokerOverloadedThresholdPercentage "
+        "on that broker's own capacity while another candidate would stay below it; off: "
+        "Pulsar's re-check of the chosen broker's current usage only.",
+        alias="loadBalancerPlacementProjectedOverloadCheckEnabled",
+    )
     # -- split -----------------------------------------------------------------------------
     load_balancer_namespace_bundle_max_topics: int = _f(
         1000,

@@ -112,6 +112,7 @@ PAIRS: dict[str, StrategyPair] = {
                 "loadBalancerLoadSheddingStrategy": "ProjectedUsageShedder",
                 "loadBalancerLoadPlacementStrategy": "LeastProjectedUsage",
                 "loadBalancerDistributeBundlesEvenlyEnabled": False,
+                "loadBalancerPlacementProjectedOverloadCheckEnabled": True,
             },
             pulsar=False,
         ),

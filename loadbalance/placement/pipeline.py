@@ -10,7 +10,14 @@ must see each other: that is the whole point of Pulsar's preallocation. Per ``se
    namespace filter. An empty result restores the full candidate set, as Pulsar does.
 3. The placement strategy picks a broker.
 4. If that broker's ``max_resource_usage()`` is above the overload threshold, the strategy runs
-   again on the full candidate set (the filters may have left only overloaded brokers).
+   again on the full candidate set (the filters may have left only overloaded brokers). With
+   ``loadBalancerPlacementProjectedOverloadCheckEnabled`` (ours, off by default) the check also
+   projects the bundle's estimated load onto the chosen broker's own capacity
+   (``loadbalance.strategies``: usage per unit of work measured on that broker, its NIC limits;
+   a bundle never sampled counts as its share of its closest ancestor's load): if that passes the
+   threshold while other live candidates would stay below it, the strategy chooses again among
+   those. Pulsar checks the chosen broker's usage before the bundle, so an empty weak broker
+   takes a bundle that saturates it.
 5. The bundle is recorded as preallocated on the chosen broker (with its ``BundleData``, or
    Pulsar's defaults for a bundle never seen), so the next ``select`` counts it.
 
@@ -43,7 +50,11 @@ from loadbalance.placement.filters import (
 from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
 from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
-from loadbalance.strategies.least_projected_usage import LeastProjectedUsage
+from loadbalance.strategies.least_projected_usage import (
+    LeastProjectedUsage,
+    LoadIndex,
+    projected_scores,
+)
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 
@@ -97,6 +108,7 @@ class BrokerSelector:
             strategy_state = self._strategy.initial_state()
         self._strategy_state: PlacementState = strategy_state
         self._now_ms = now_ms
+        self._index: LoadIndex | None = None
         self._preallocated: dict[str, dict[str, BundleData]] = {}
         self._bundle_to_broker: dict[str, str] = {}
         for broker_name in sorted(view.preallocated):
@@ -157,11 +169,31 @@ class BrokerSelector:
         threshold = self._config.load_balancer_broker_overloaded_threshold_percentage / 100.0
         if self._view.brokers[chosen].report.max_resource_usage() > threshold:
             chosen = self._run_strategy(full, bundle, data) or chosen
+        if self._config.load_balancer_placement_projected_overload_check_enabled:
+            chosen = self._below_threshold(chosen, full, bundle, data, threshold)
 
         self._preallocated.setdefault(chosen, {})[bundle] = data
         self._bundle_to_broker[bundle] = chosen
         self._ns_counts.setdefault(chosen, Counter())[bundle_namespace(bundle)] += 1
         return chosen
+
+    def _below_threshold(
+        self, chosen: str, full: list[str], bundle: str, data: BundleData, threshold: float
+    ) -> str:
+        """``chosen``, unless the bundle's projected load would put it past ``threshold`` while
+        some of ``full`` would stay below: then the strategy's choice among those."""
+        if self._index is None:
+            self._index = LoadIndex(self._view)
+        load = self._index.estimate(bundle, data)
+        scores = projected_scores(
+            full, load, self._view, self._preallocated, self._config, self._index
+        )
+        if scores.get(chosen, 0.0) <= threshold:
+            return chosen
+        below = [c for c in full if c in scores and scores[c] <= threshold]
+        if not below:
+            return chosen
+        return self._run_strategy(below, bundle, data) or chosen
 
     def _run_strategy(self, candidates: list[str], bundle: str, data: BundleData) -> str | None:
         self._strategy_state, chosen = self._strategy.select_broker(

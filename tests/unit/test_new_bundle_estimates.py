@@ -32,11 +32,12 @@ LOW, HIGH = NAMESPACE.children_of_split(PARENT, [MID])
 OTHER = NAMESPACE.bundle_names[1:]
 
 
-def _config() -> LoadBalancerConfig:
+def _config(**knobs: Any) -> LoadBalancerConfig:
     return LoadBalancerConfig().model_copy(
         update={
             "placement_strategy_name": "LeastProjectedUsage",
             "load_balancer_distribute_bundles_evenly_enabled": False,
+            **knobs,
         }
     )
 
@@ -107,8 +108,8 @@ def placement_view(
     return snapshot_from_document(doc, {}).view
 
 
-def _place(view: ClusterView, bundles: list[str]) -> dict[str, str | None]:
-    sel = BrokerSelector(view, _config(), random.Random(7), LeastProjectedUsage())
+def _place(view: ClusterView, bundles: list[str], **knobs: Any) -> dict[str, str | None]:
+    sel = BrokerSelector(view, _config(**knobs), random.Random(7), LeastProjectedUsage())
     return {b: sel.select(b) for b in bundles}
 
 
@@ -131,10 +132,17 @@ def test_a_hot_parents_children_do_not_both_land_on_the_emptiest_weak_broker() -
 
 def test_a_destination_pushed_past_the_overload_threshold_is_refused() -> None:
     """A child of 110 MB/s out would put the empty 1 Gbps broker at 92 %, past 85 %, while a
-    25 Gbps broker stays near 45 %: neither child goes to the weak broker."""
-    placed = _place(placement_view(220.0), [LOW, HIGH])
-    assert "weak" not in placed.values()
-    assert all(placed.values())
+    25 Gbps broker stays near 45 %. With Pulsar's namespace filter on, the weak broker (no
+    bundle of the namespace) is the only candidate the strategy sees; Pulsar's re-check looks at
+    its usage before the bundle (3 %) and keeps it. The projected check refuses it."""
+    view = placement_view(220.0)
+    on = {"load_balancer_distribute_bundles_evenly_enabled": True}
+    assert _place(view, [LOW], **on)[LOW] == "weak", "Pulsar's path, the knob off"
+    knob = {**on, "load_balancer_placement_projected_overload_check_enabled": True}
+    placed = _place(view, [LOW, HIGH], **knob)
+    assert "weak" not in placed.values() and all(placed.values())
+    small = _place(placement_view(72.0), [LOW], **knob)
+    assert small[LOW] == "weak", "a child the weak broker can take still goes there"
 
 
 def test_the_share_follows_the_parents_topics_where_their_hashes_are_known() -> None:
