@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -107,18 +107,12 @@ def bundle_count(blob: bytes) -> int:
 
 
 @dataclass
-class ShardState:
-    """Every bundle of one shard: averages, last sample, owner and last-seen event time."""
+class ShardState(BundleShard):
+    """Every bundle of one shard: averages, last sample, owner and last-seen event time.
 
-    names: list[str] = field(default_factory=list)
-    owners: list[str] = field(default_factory=list)
-    short_n: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    short_avg: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
-    long_n: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    long_avg: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
-    last_values: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
-    last_counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
-    last_seen_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    The columns are the load snapshot's bundle-shard record (``BundleShard``), so the state the
+    job keeps and the record it publishes are one layout; this class adds the folding.
+    """
 
     def __post_init__(self) -> None:
         self._index = {n: i for i, n in enumerate(self.names)}
@@ -198,34 +192,12 @@ class ShardState:
 
     def to_bytes(self) -> bytes:
         """The shard as a bundle-shard record of the load snapshot."""
-        return encode_bundle_shard(
-            BundleShard(
-                self.names,
-                self.owners,
-                self.short_n,
-                self.short_avg,
-                self.long_n,
-                self.long_avg,
-                self.last_values,
-                self.last_counts,
-                self.last_seen_ms,
-            )
-        )
+        return encode_bundle_shard(self)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ShardState:
         c = decode_bundle_shard(raw)
-        return cls(
-            names=c.names,
-            owners=c.owners,
-            short_n=c.short_n,
-            short_avg=c.short_avg,
-            long_n=c.long_n,
-            long_avg=c.long_avg,
-            last_values=c.last_values,
-            last_counts=c.last_counts,
-            last_seen_ms=c.last_seen_ms,
-        )
+        return cls(**{f.name: getattr(c, f.name) for f in fields(BundleShard)})
 
 
 def _step(
