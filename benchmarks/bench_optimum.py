@@ -1,0 +1,263 @@
+"""Moves near the optimum: our pair's moves against the fewest that balance the same snapshot.
+
+The scoreboard counts moves; this says how many of them a perfect planner would have needed. For
+every bundled scenario the fast simulator plays our pair, and each cycle in which our cycle emits
+unloads or transfers is a **snapshot**: the live brokers, the bundles each owns and the bundles'
+figures in that cycle's reports, plus the view the policies read. Per snapshot:
+
+* **ours**: the moves our cycle emitted there (unloads + transfers);
+* **optimum**: the fewest moves, then the fewest bytes moved, that bring every broker within the
+  balance band (usage <= ``loadBalancerBalancedMaxOverMean`` x mean, the scoreboard's usage),
+  from ``producers.optimum.fewest_moves`` (HiGHS, a time limit per solve; a solve that hit it
+  is marked, and its proven lower bound is what the ratio uses, so a timeout never flatters us);
+* **each Pulsar pair**: the moves that pair's cycle emits on the same view, from a fresh cycle
+  state (no grace marks of its own; the view's recently-unloaded bundles still count);
+* **after**: max/mean once a set of moves is applied in the snapshot's model (transfers only: an
+  unload's destination is chosen later, by the lookup, so its ``after`` is not known here).
+
+A snapshot **needs balancing** when its max/mean is above the band. The headline figure is our
+moves over the optimum, both summed over those snapshots (target: at most 1.25). Snapshots where
+no reassignment reaches the band (one bundle alone above it) are counted apart.
+
+Run: ``.venv/bin/python benchmarks/bench_optimum.py [--scenarios a,b] [--seed 0]
+[--time-limit 10] [--json]`` (needs the ``bench`` extra: ``pip install -e '.[bench]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadbalance.cycle import CycleState, step, weights_from_config
+from loadbalance.decisions import TRANSFER, UNLOAD
+from loadbalance.model import LocalBrokerData
+from loadbalance.view import ClusterView
+from producers.fast_sim import FastSim, make_config
+from producers.optimum import (
+    INFEASIBLE,
+    NO_PLAN,
+    OPTIMAL,
+    Snapshot,
+    SolverMissing,
+    broker_usage,
+    fewest_moves,
+    from_reports,
+    max_over_mean,
+    moves_of,
+)
+from producers.scenarios import Scenario, available_scenarios, load_scenario
+from producers.scoreboard import BALANCE_RATIO as BAND
+from producers.scoreboard import OUR_PAIR_KEY, PAIRS, PULSAR_PAIR_KEYS
+
+
+@dataclass
+class Captured:
+    """One cycle in which our pair moved bundles."""
+
+    cycle: int
+    view: ClusterView
+    reports: dict[str, LocalBrokerData]
+    moves: dict[str, str | None]
+
+
+class CapturingSim(FastSim):
+    """The fast simulator, keeping the view and reports of every cycle that moved bundles."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, keep_reports=True, **kwargs)
+        self.captured: list[Captured] = []
+
+    def tick(self, cycle: int) -> None:
+        seen = len(self.run_data.decisions)
+        super().tick(cycle)
+        moves = moves_of(self.run_data.decisions[seen:])
+        if moves and self.view is not None:
+            self.captured.append(Captured(cycle, self.view, self.run_data.reports[-1], moves))
+
+
+@dataclass
+class Row:
+    """One snapshot's figures."""
+
+    scenario: str
+    cycle: int
+    brokers: int
+    bundles: int
+    ratio: float
+    needed: bool
+    ours: int
+    ours_after: float | None
+    optimum: int | None
+    optimum_lower: int
+    status: str
+    solve_s: float
+    optimum_bytes_per_s: float
+    ours_bytes_per_s: float
+    pulsar: dict[str, int] = field(default_factory=dict)
+    pulsar_after: dict[str, float | None] = field(default_factory=dict)
+
+
+def _after(snap: Snapshot, moves: dict[str, str | None]) -> float | None:
+    if any(dest is None for dest in moves.values()):
+        return None
+    return round(max_over_mean(broker_usage(snap, {b: d for b, d in moves.items() if d})), 3)
+
+
+def _pulsar_moves(scenario: Scenario, cap: Captured, seed: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key in PULSAR_PAIR_KEYS:
+        config = make_config(scenario, PAIRS[key].overrides)
+        _, result = step(
+            CycleState(),
+            cap.view,
+            config,
+            now_ms=cap.cycle * scenario.tick_ms,
+            cycle=f"{scenario.name}:{cap.cycle}",
+            seed=seed,
+        )
+        out[key] = {d.bundle: d.destination_broker if d.kind == TRANSFER else None
+                    for d in result.decisions if d.kind in (TRANSFER, UNLOAD)}  # fmt: skip
+    return out
+
+
+def snapshot_rows(name: str, seed: int, time_limit_s: float) -> list[Row]:
+    """Play ``name`` with our pair and score every cycle in which it moved bundles."""
+    scenario = load_scenario(name, seed)
+    config = make_config(scenario, PAIRS[OUR_PAIR_KEY].overrides)
+    sim = CapturingSim(scenario, config, seed=seed)
+    sim.run()
+    band = config.load_balancer_balanced_max_over_mean
+    weights = weights_from_config(config)
+    rows: list[Row] = []
+    for cap in sim.captured:
+        snap = from_reports(cap.reports, scenario.model.brokers, scenario.model.cost, weights)
+        ratio = max_over_mean(broker_usage(snap))
+        needed = ratio > band
+        plan = fewest_moves(snap, band, time_limit_s=time_limit_s)
+        sizes = {k.name: k.bytes_per_s for k in snap.bundles}
+        theirs = _pulsar_moves(scenario, cap, seed)
+        rows.append(
+            Row(
+                scenario=name,
+                cycle=cap.cycle,
+                brokers=len(snap.brokers),
+                bundles=len(snap.bundles),
+                ratio=round(ratio, 3),
+                needed=needed,
+                ours=len(cap.moves),
+                ours_after=_after(snap, cap.moves),
+                optimum=None if plan.status in (INFEASIBLE, NO_PLAN) else plan.count,
+                optimum_lower=plan.lower_bound,
+                status=plan.status,
+                solve_s=round(plan.seconds, 2),
+                optimum_bytes_per_s=plan.bytes_per_s,
+                ours_bytes_per_s=sum(sizes.get(b, 0.0) for b in cap.moves),
+                pulsar={k: len(v) for k, v in theirs.items()},
+                pulsar_after={k: _after(snap, v) for k, v in theirs.items()},
+            )
+        )
+    return rows
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def table(rows: list[Row]) -> str:
+    head = ["scenario", "cycle", "max/mean", "ours", "ours after", "optimum", "solve s"]
+    head += list(PULSAR_PAIR_KEYS)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows:
+        if r.status == OPTIMAL:
+            opt = str(r.optimum)
+        elif r.status == INFEASIBLE:
+            opt = "unreachable"
+        else:
+            opt = f"{r.optimum if r.optimum is not None else '?'} (>= {r.optimum_lower}, limit)"
+        cells = [r.scenario, str(r.cycle), f"{r.ratio:.2f}" + ("" if r.needed else " (in band)")]
+        cells += [str(r.ours), _fmt(r.ours_after), opt, f"{r.solve_s:.1f}"]
+        cells += [f"{r.pulsar[k]} ({_fmt(r.pulsar_after[k])})" for k in PULSAR_PAIR_KEYS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[Row]) -> dict[str, Any]:
+    """Totals over the snapshots that need balancing and can reach the band."""
+    scored = [r for r in rows if r.needed and r.status != INFEASIBLE]
+    ours = sum(r.ours for r in scored)
+    best = sum(r.optimum if r.optimum is not None else r.optimum_lower for r in scored)
+    floor = sum(r.optimum_lower for r in scored)
+    pulsar = {k: sum(r.pulsar[k] for r in scored) for k in PULSAR_PAIR_KEYS}
+    return {
+        "snapshots": len(rows),
+        "needing_balance": sum(1 for r in rows if r.needed),
+        "unreachable": sum(1 for r in rows if r.needed and r.status == INFEASIBLE),
+        "in_band_snapshots_moved": sum(1 for r in rows if not r.needed),
+        "in_band_moves": sum(r.ours for r in rows if not r.needed),
+        "time_limit_hits": sum(1 for r in rows if r.status not in (OPTIMAL, INFEASIBLE)),
+        "ours": ours,
+        "optimum": best,
+        "optimum_lower_bound": floor,
+        "ratio": round(ours / floor, 3) if floor else None,
+        "ours_reaching_band": sum(
+            1 for r in scored if r.ours_after is not None and r.ours_after <= BAND + 1e-9
+        ),
+        "ours_gb_per_min": round(sum(r.ours_bytes_per_s for r in scored) * 60 / 1e9, 2),
+        "optimum_gb_per_min": round(sum(r.optimum_bytes_per_s for r in scored) * 60 / 1e9, 2),
+        "pulsar": pulsar,
+    }
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """HiGHS prints its banner on stdout from C++ whatever its output options say; while it
+    runs, file descriptor 1 points at stderr so the table or the JSON stays clean."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenarios", default=",".join(available_scenarios()))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-limit", type=float, default=10.0, help="seconds per solve")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    rows: list[Row] = []
+    try:
+        with _stdout_to_stderr():
+            for name in args.scenarios.split(","):
+                rows += snapshot_rows(name, args.seed, args.time_limit)
+    except SolverMissing as e:
+        print(f"bench_optimum: {e}", file=sys.stderr)
+        return 2
+    total = summary(rows)
+    total["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], "summary": total}, indent=1))
+        return 0
+    print(table(rows), end="")
+    print(json.dumps(total, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
