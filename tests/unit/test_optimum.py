@@ -61,11 +61,12 @@ def test_the_model_gives_each_broker_the_usage_its_report_shows() -> None:
         assert moved[name] == pytest.approx(weights.weighted_max(report), rel=1e-9)
 
 
-def _one_resource(owners: dict[str, list[tuple[str, float, float]]]) -> Snapshot:
-    """Brokers whose usage is the sum of their bundles' loads; bundles (name, load, bytes/s)."""
-    brokers = tuple(BrokerCapacity(b, (0.0,), (1.0,)) for b in owners)
+def _one_resource(owners: dict[str, list[tuple[str, float, float]]], copies: int = 1) -> Snapshot:
+    """Brokers whose usage is the sum of their bundles' loads; bundles (name, load, bytes/s).
+    ``copies`` > 1 repeats that resource (as bandwidth in and out with one subscription)."""
+    brokers = tuple(BrokerCapacity(b, (0.0,) * copies, (1.0,) * copies) for b in owners)
     bundles = tuple(
-        BundleLoad(name, b, (load,), bytes_per_s)
+        BundleLoad(name, b, (load,) * copies, bytes_per_s)
         for b, lst in owners.items()
         for name, load, bytes_per_s in lst
     )
@@ -73,7 +74,8 @@ def _one_resource(owners: dict[str, list[tuple[str, float, float]]]) -> Snapshot
 
 
 @needs_highs
-def test_fewest_moves_then_fewest_bytes_on_a_hand_made_snapshot() -> None:
+@pytest.mark.parametrize("copies", [1, 2])
+def test_fewest_moves_then_fewest_bytes_on_a_hand_made_snapshot(copies: int) -> None:
     # A: 0.3 + 0.2 + 0.1 + 0.1 = 0.7, B: 0.2, C: 0. Mean 0.3, band 1.1 -> every broker <= 0.33.
     # One move cannot do it (a1 out leaves A at 0.4). Two moves: A must shed >= 0.37, so a1 and
     # one more; a1 + a2 leaves 0.5 for B and C, which one broker cannot take without passing
@@ -84,7 +86,8 @@ def test_fewest_moves_then_fewest_bytes_on_a_hand_made_snapshot() -> None:
             "A": [("a1", 0.3, 100.0), ("a2", 0.2, 100.0), ("a3", 0.1, 500.0), ("a4", 0.1, 100.0)],
             "B": [("b1", 0.2, 100.0)],
             "C": [],
-        }
+        },
+        copies,
     )
     assert max_over_mean(broker_usage(snap)) == pytest.approx(0.7 / 0.3)
     plan = fewest_moves(snap, 1.1)
