@@ -79,10 +79,11 @@ class Snapshot:
 class Plan:
     """A solve's answer: the moves (bundle -> destination), and whether they are proven fewest.
 
-    ``status``: ``optimal`` (fewest moves, then fewest bytes, proven), ``time limit`` (the best
-    plan found when the limit stopped the search), ``no plan`` (the limit came first) or
-    ``infeasible`` (no reassignment reaches the band, e.g. one bundle alone is above it).
-    ``lower_bound`` is the proven floor on the number of moves: the count itself when optimal."""
+    ``status``: ``optimal`` (the fewest moves, proven; the bytes of that plan are the fewest the
+    second solve found within its limit), ``time limit`` (the best plan found when the limit
+    stopped the first solve), ``no plan`` (the limit came before any plan) or ``infeasible`` (no
+    reassignment reaches the band, e.g. one bundle alone is above it). ``lower_bound`` is the
+    proven floor on the number of moves: the count itself when optimal."""
 
     status: str
     moves: Mapping[str, str]
