@@ -66,7 +66,12 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="process what is on the topic now, then stop (catch-up or replay runs)",
     )
-    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master, e.g. spark://host:7077 (default: spark-submit's --master, else "
+        "local[2])",
+    )
     parser.add_argument(
         "--source",
         choices=("auto", "kafka", "python"),

@@ -60,12 +60,22 @@ class StreamSettings:
     background_cycles: bool = False
 
 
-def spark_session(master: str = "local[2]", shuffle_partitions: int = 2) -> Any:
-    """A session with what the job needs: RocksDB state store and Arrow for pandas."""
+def spark_session(master: str | None = "local[2]", shuffle_partitions: int = 2) -> Any:
+    """A session with what the job needs: RocksDB state store and Arrow for pandas.
+
+    ``master=None`` keeps the master of ``spark-submit --master`` when spark-submit launched
+    this process, and is ``local[2]`` otherwise: a master set here would win over
+    spark-submit's, so a job submitted to a cluster would run on its driver alone without a
+    word.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = "local[2]"  # not launched by spark-submit (which sets that variable)
+    if master is not None:
+        builder = builder.master(master)
     return (
-        SparkSession.builder.master(master)
-        .appName("pulsar-lb-stream")
+        builder.appName("pulsar-lb-stream")
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         # Commit a changelog of the keys a batch wrote instead of uploading a RocksDB snapshot
         # every batch (snapshots are then made in the background every few batches): the
