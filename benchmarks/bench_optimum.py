@@ -108,6 +108,7 @@ class Row:
     solve_s: float
     optimum_bytes_per_s: float
     ours_bytes_per_s: float
+    bytes_proven: bool = False
     optimum_at_ours: int | None = None
     optimum_at_ours_status: str = ""
     pulsar: dict[str, int] = field(default_factory=dict)
@@ -180,6 +181,7 @@ def snapshot_rows(name: str, seed: int, time_limit_s: float) -> list[Row]:
                 status=plan.status,
                 solve_s=round(plan.seconds + (0.0 if same is None else same.seconds), 2),
                 optimum_bytes_per_s=plan.bytes_per_s,
+                bytes_proven=plan.bytes_proven,
                 ours_bytes_per_s=sum(sizes.get(b, 0.0) for b in cap.moves),
                 pulsar={k: len(v) for k, v in theirs.items()},
                 pulsar_after={k: _after(snap, v) for k, v in theirs.items()},
@@ -258,6 +260,7 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "in_band_snapshots_moved": sum(1 for r in rows if not r.needed),
         "in_band_moves": sum(r.ours for r in rows if not r.needed),
         "time_limit_hits": sum(1 for r in rows if r.status not in (OPTIMAL, INFEASIBLE)),
+        "bytes_pass_limit_hits": sum(1 for r in rows if r.status == OPTIMAL and not r.bytes_proven),
         "ours": ours,
         "optimum": best,
         "optimum_lower_bound": floor,

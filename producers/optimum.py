@@ -83,13 +83,15 @@ class Plan:
     second solve found within its limit), ``time limit`` (the best plan found when the limit
     stopped the first solve), ``no plan`` (the limit came before any plan) or ``infeasible`` (no
     reassignment reaches the band, e.g. one bundle alone is above it). ``lower_bound`` is the
-    proven floor on the number of moves: the count itself when optimal."""
+    proven floor on the number of moves: the count itself when optimal. ``bytes_proven``: the
+    bytes of an optimal plan are proven the fewest for its count too."""
 
     status: str
     moves: Mapping[str, str]
     lower_bound: int
     bytes_per_s: float
     seconds: float
+    bytes_proven: bool = False
 
     @property
     def count(self) -> int:
@@ -222,17 +224,19 @@ def fewest_moves(
         lower = min(len(plan), max(0, math.ceil(info.mip_dual_bound - 1e-6)))
         return Plan(TIME_LIMIT, plan, lower, _bytes(movable, plan), seconds)
     count = len(plan)
+    bytes_proven = count == 0
     if count:
         h.addConstr(sum(moved.values()) <= count)
         h.setOptionValue("time_limit", float(bytes_limit_s))
         t1 = time.perf_counter()
         h.minimize(sum(k.bytes_per_s * moved[k.name] for k in movable))
         seconds += time.perf_counter() - t1
+        bytes_proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         if h.getInfo().primal_solution_status == 2:
             better = _read_plan(h, x, snapshot, movable)
             if len(better) == count and _bytes(movable, better) <= _bytes(movable, plan):
                 plan = better
-    return Plan(OPTIMAL, plan, count, _bytes(movable, plan), seconds)
+    return Plan(OPTIMAL, plan, count, _bytes(movable, plan), seconds, bytes_proven)
 
 
 def _placement(h: Any, snapshot: Snapshot, movable: list[BundleLoad], band: float) -> dict:
