@@ -32,8 +32,10 @@ trimmed to fit under it (Pulsar counts one per split and can overshoot).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import add, and_, attrgetter, ge, gt, or_
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +57,7 @@ from loadbalance.split_algorithms import (
     range_equally_divide,
     split_boundaries,
 )
+from loadbalance.time_average import NUM_LONG_SAMPLES, BundleData, TimeAverageMessageData
 from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
 
@@ -82,6 +85,18 @@ class _Hot:
     over_ratio: float
     msg_rate_per_s: float
     throughput_bytes_per_s: float
+
+
+_TOPICS = attrgetter("topics")
+_CONSUMERS = attrgetter("consumer_count")
+_PRODUCERS = attrgetter("producer_count")
+_LONG_TERM = attrgetter("long_term")
+_RATE_IN = attrgetter("msg_rate_in")
+_RATE_OUT = attrgetter("msg_rate_out")
+_THR_IN = attrgetter("msg_throughput_in")
+_THR_OUT = attrgetter("msg_throughput_out")
+# Stands in for a bundle without averages: 0 msg/s and 0 B/s long term, as in Pulsar.
+_NO_DATA = BundleData(long_term=TimeAverageMessageData(NUM_LONG_SAMPLES, 0, 0.0, 0.0, 0.0, 0.0))
 
 
 def _ratio(value: float, limit: float) -> float:
@@ -113,47 +128,80 @@ def split_reason(
 def _hot_bundles(view: ClusterView, config: LoadBalancerConfig) -> tuple[list[_Hot], set[str]]:
     """Hot bundles (one entry per bundle) and the names of every bundle seen in ``lastStats``.
 
-    The hot path of a cycle (100k bundles): the four limits are read once and tested inline;
-    the full ``split_reason`` (and the owner map) is computed only for bundles over a limit.
+    The hot path of a cycle (a million bundles): each broker's bundles are tested column by
+    column with ``map`` over ``operator`` functions, so the per-bundle work runs in C and no
+    per-bundle Python frame or tuple is made; only bundles over a limit get the full
+    ``split_reason`` and an owner. A bundle reported by several brokers is judged on the
+    ``lastStats`` of the first in name order, as a sequential scan would.
     """
     max_topics = config.load_balancer_namespace_bundle_max_topics
     max_sessions = config.load_balancer_namespace_bundle_max_sessions
     sessions_limit = max_sessions if max_sessions > 0 else float("inf")
     max_rate = config.load_balancer_namespace_bundle_max_msg_rate
     max_bytes = config.load_balancer_namespace_bundle_max_bandwidth_mbytes * MBYTES
-    bundle_data = view.bundle_data
-    first_broker: dict[str, str] = {}
-    candidates: list[tuple[str, NamespaceBundleStats, float, float]] = []
-    for broker_name in sorted(view.brokers):
-        for bundle, stats in view.brokers[broker_name].report.last_stats.items():
-            if bundle in first_broker:
-                continue
-            first_broker[bundle] = broker_name
-            if stats.topics < 2:
-                continue
-            data = bundle_data.get(bundle)
-            if data is None:
-                rate = thr = 0.0
-            else:
-                lt = data.long_term
-                rate = lt.msg_rate_in + lt.msg_rate_out
-                thr = lt.msg_throughput_in + lt.msg_throughput_out
-            if (
-                stats.topics > max_topics
-                or stats.consumer_count + stats.producer_count > sessions_limit
-                or rate > max_rate
-                or thr > max_bytes
-            ) and not is_system_service_bundle(bundle):  # heartbeat / SLA bundles stay whole
-                candidates.append((bundle, stats, rate, thr))
+    get_data = view.bundle_data.get
+    seen: set[str] = set()
+    candidates: list[tuple[str, NamespaceBundleStats, str]] = []
+    broker_names = sorted(view.brokers)
+    for broker_name in broker_names:
+        last_stats = view.brokers[broker_name].report.last_stats
+        if not last_stats:
+            continue
+        names = list(last_stats)
+        stats = list(last_stats.values())
+        n = len(names)
+        topics = list(map(_TOPICS, stats))
+        # long-term averages, a bundle without any counting as 0 msg/s and 0 B/s
+        lts = list(map(_LONG_TERM, map(get_data, names, repeat(_NO_DATA, n))))
+        over = map(
+            or_,
+            map(
+                or_,
+                map(gt, topics, repeat(max_topics, n)),
+                map(gt, map(add, map(_CONSUMERS, stats), map(_PRODUCERS, stats)),
+                    repeat(sessions_limit, n)),
+            ),
+            map(
+                or_,
+                map(gt, map(add, map(_RATE_IN, lts), map(_RATE_OUT, lts)), repeat(max_rate, n)),
+                map(gt, map(add, map(_THR_IN, lts), map(_THR_OUT, lts)), repeat(max_bytes, n)),
+            ),
+        )  # fmt: skip
+        hot_mask = map(and_, map(ge, topics, repeat(2, n)), over)
+        for i in compress(range(n), hot_mask):
+            bundle = names[i]
+            # heartbeat / SLA bundles stay whole; a bundle an earlier broker reported is its
+            if bundle not in seen and not is_system_service_bundle(bundle):
+                candidates.append((bundle, stats[i], broker_name))
+        seen.update(names)
     hot: list[_Hot] = []
-    if candidates:
-        owners = view.owners()
-        for bundle, stats, rate, thr in sorted(candidates, key=lambda c: c[0]):
-            found = split_reason(stats, rate, thr, config)
-            if found is not None:
-                owner = owners.get(bundle, first_broker[bundle])
-                hot.append(_Hot(bundle, owner, stats, found[0], found[1], rate, thr))
-    return hot, set(first_broker)
+    if not candidates:
+        return hot, seen
+    owner_of = _owner_lookup(view, broker_names, len(candidates), len(seen))
+    for bundle, st, first_broker in sorted(candidates, key=lambda c: c[0]):
+        lt = get_data(bundle, _NO_DATA).long_term
+        rate = lt.msg_rate_in + lt.msg_rate_out
+        thr = lt.msg_throughput_in + lt.msg_throughput_out
+        found = split_reason(st, rate, thr, config)
+        if found is not None:
+            owner = owner_of(bundle) or first_broker
+            hot.append(_Hot(bundle, owner, st, found[0], found[1], rate, thr))
+    return hot, seen
+
+
+def _owner_lookup(
+    view: ClusterView, broker_names: list[str], n_lookups: int, n_bundles: int
+) -> Callable[[str], str | None]:
+    """``view.owners().get`` (the first broker in name order whose report lists the bundle),
+    without building the whole map when only a few bundles are asked about."""
+    if n_lookups * max(len(broker_names), 1) > n_bundles:
+        return view.owners().get
+    served = [(b, view.brokers[b].report.bundles) for b in broker_names]
+
+    def owner_of(bundle: str) -> str | None:
+        return next((b for b, owned in served if bundle in owned), None)
+
+    return owner_of
 
 
 def _namespace_bundle_count(view: ClusterView, namespace: str) -> int:

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 
 from loadbalance.bundles import bundle_namespace
+from loadbalance.placement.base import pending_topics
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 
@@ -69,7 +70,7 @@ def filter_brokers_with_large_topic_count(
         if broker is None:
             continue
         pre = preallocated.get(name, {})
-        total = broker.report.num_topics + sum(d.topics for d in pre.values())
+        total = broker.report.num_topics + pending_topics(pre)
         if total <= max_topics:
             kept.append(name)
     return kept if kept else cands

@@ -25,6 +25,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from loadbalance.placement.base import pending_msg_rate
 from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView
 
@@ -40,7 +41,7 @@ def long_term_score(
     """The broker's estimated long-term msg/s, or ``inf`` when it is overloaded."""
     if broker.report.max_resource_usage() > overload_threshold:
         return math.inf
-    pending_msg_rate_per_s = sum(d.long_term.msg_rate for d in preallocated.values())
+    pending_msg_rate_per_s = pending_msg_rate(preallocated)
     return pending_msg_rate_per_s + broker.time_average.long_term_msg_rate
 
 

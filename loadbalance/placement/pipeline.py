@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from loadbalance.bundles import bundle_namespace
 from loadbalance.errors import InvalidInput
-from loadbalance.placement.base import PlacementStrategy
+from loadbalance.placement.base import PlacementStrategy, Preallocations
 from loadbalance.placement.filters import (
     filter_brokers_with_large_topic_count,
     live_candidates,
@@ -109,7 +109,7 @@ class BrokerSelector:
         self._strategy_state: PlacementState = strategy_state
         self._now_ms = now_ms
         self._index: LoadIndex | None = None
-        self._preallocated: dict[str, dict[str, BundleData]] = {}
+        self._preallocated: dict[str, Preallocations] = {}
         self._bundle_to_broker: dict[str, str] = {}
         for broker_name in sorted(view.preallocated):
             broker = view.brokers.get(broker_name)
@@ -118,7 +118,7 @@ class BrokerSelector:
             for bundle, data in view.preallocated[broker_name].items():
                 if bundle in broker.report.bundles or bundle in self._bundle_to_broker:
                     continue
-                self._preallocated.setdefault(broker_name, {})[bundle] = data
+                self._preallocated.setdefault(broker_name, Preallocations())[bundle] = data
                 self._bundle_to_broker[bundle] = broker_name
         self._ns_counts = namespace_bundle_counts(view, self._preallocated)
 
@@ -172,7 +172,7 @@ class BrokerSelector:
         if self._config.load_balancer_placement_projected_overload_check_enabled:
             chosen = self._below_threshold(chosen, full, bundle, data, threshold)
 
-        self._preallocated.setdefault(chosen, {})[bundle] = data
+        self._preallocated.setdefault(chosen, Preallocations())[bundle] = data
         self._bundle_to_broker[bundle] = chosen
         self._ns_counts.setdefault(chosen, Counter())[bundle_namespace(bundle)] += 1
         return chosen
