@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
+from operator import itemgetter, methodcaller
 
 from loadbalance.bundles import bundle_namespace
 from loadbalance.placement.base import pending_topics
@@ -31,6 +32,8 @@ from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 
 MS_PER_S = 1000
+_SPLIT_NAMESPACE = methodcaller("rsplit", "/", 1)  # as bundle_namespace
+_FIRST = itemgetter(0)
 
 
 def live_candidates(
@@ -65,12 +68,13 @@ def filter_brokers_with_large_topic_count(
     """
     cands = sorted(candidates)
     kept = []
+    brokers = view.brokers
     for name in cands:
-        broker = view.brokers.get(name)
+        broker = brokers.get(name)
         if broker is None:
             continue
-        pre = preallocated.get(name, {})
-        total = broker.report.num_topics + pending_topics(pre)
+        pre = preallocated.get(name)
+        total = broker.report.num_topics + (pending_topics(pre) if pre else 0)
         if total <= max_topics:
             kept.append(name)
     return kept if kept else cands
@@ -83,8 +87,10 @@ def namespace_bundle_counts(
     ``brokerToNamespaceToBundleRange``)."""
     counts: dict[str, Counter[str]] = {}
     for name, broker in view.brokers.items():
-        bundles = set(broker.report.bundles) | set(preallocated.get(name, {}))
-        counts[name] = Counter(bundle_namespace(b) for b in bundles)
+        pre = preallocated.get(name)
+        bundles = broker.report.bundles | set(pre) if pre else broker.report.bundles
+        # bundle_namespace of every bundle, in C (the brokers serve every bundle of the cluster)
+        counts[name] = Counter(map(_FIRST, map(_SPLIT_NAMESPACE, bundles)))
     return counts
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.placement.base import pending_msg_rate
@@ -31,6 +32,10 @@ from loadbalance.view import BrokerView, ClusterView
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
+    from loadbalance.model import LocalBrokerData
+
+_NOTHING: Mapping[str, BundleData] = MappingProxyType({})
+_USAGE_MEMO = 4096
 
 
 def long_term_score(
@@ -51,6 +56,9 @@ class LeastLongTermMessageRate:
     name: ClassVar[str] = "LeastLongTermMessageRate"
     state_type: ClassVar[type] = type(None)
 
+    def __init__(self) -> None:
+        self._usage: dict[int, tuple[LocalBrokerData, float]] = {}
+
     def initial_state(self) -> None:
         """Stateless: every selection reads only the view and the preallocations."""
         return None
@@ -67,12 +75,31 @@ class LeastLongTermMessageRate:
         state: None,
     ) -> tuple[None, str | None]:
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
-        known = sorted(c for c in set(candidates) if c in view.brokers)
+        brokers = view.brokers
+        known = sorted(c for c in set(candidates) if c in brokers)
         if not known:
             return None, None
-        scores = {
-            c: long_term_score(view.brokers[c], preallocated.get(c, {}), threshold) for c in known
-        }
-        best_score = min(scores.values())
-        best = [c for c in known if scores[c] == best_score]
+        # long_term_score per candidate, with each report's usage read once per report
+        scores = []
+        for c in known:
+            broker = brokers[c]
+            if self._max_usage(broker.report) > threshold:
+                scores.append(math.inf)
+            else:
+                pending = pending_msg_rate(preallocated.get(c, _NOTHING))
+                scores.append(pending + broker.time_average.long_term_msg_rate)
+        best_score = min(scores)
+        best = [c for c, score in zip(known, scores, strict=True) if score == best_score]
         return None, best[rng.randrange(len(best))]
+
+    def _max_usage(self, report: LocalBrokerData) -> float:
+        """``report.max_resource_usage()``, remembered by report: a cycle placing thousands of
+        bundles scores every broker for each, and the reports do not change within it."""
+        hit = self._usage.get(id(report))
+        if hit is not None and hit[0] is report:
+            return hit[1]
+        if len(self._usage) >= _USAGE_MEMO:
+            self._usage.clear()
+        value = report.max_resource_usage()
+        self._usage[id(report)] = (report, value)  # holding the report keeps its id its own
+        return value
