@@ -222,7 +222,8 @@ class LoadBalancerConfig(BaseModel):
         1.10,
         "Ours: the cluster counts as balanced while the busiest broker's usage is at most this "
         "multiple of the mean usage (Cruise Control's default balance threshold); used by the "
-        "run summary, the balance scoreboard and lbctl monitor, never by a policy.",
+        "run summary, the balance scoreboard and lbctl monitor, and by our shedder "
+        "(ProjectedUsageShedder) as where it stops, less a small margin.",
         alias="loadBalancerBalancedMaxOverMean",
         ge=1,
     )

@@ -13,8 +13,18 @@ PIP-220's ``[50,50,50,50,50,0]``); UniformLoadShedder balances message rates, no
   choosing the bundle that best evens the pair **after** the move, projected with
   ``usage_projection`` (so a 4x broker is filled 4x as far, and the plan never overshoots: a move
   is accepted only if the pair's higher projected load drops);
-* stops once every broker is inside ``target_ratio`` of the mean (hysteresis below the trigger)
-  or no move helps;
+* stops as soon as the busiest broker is at most ``loadBalancerBalancedMaxOverMean`` (the
+  balance band, 1.10) less ``band_margin`` times the mean (a small margin, so report noise does
+  not tip it straight back out of the band) and the idlest is at least ``floor_ratio`` times the
+  mean, or when no move helps. It aims at the band, not at a perfectly even spread: every move
+  disconnects the moved bundle's clients, and moves past the band buy nothing the band does not;
+* prefers the move that settles the pair: when some bundle brings both brokers of the pair
+  inside ``[floor, target]`` in one move, it takes the one with the fewest bytes (the least
+  traffic cut over), else the one that evens the pair best, as above;
+* leaves a broker alone whose excess is a bundle being split (or merged) in this cycle: the cycle
+  hands those bundles to the shedder as moved "now" (``recently_unloaded`` at ``now_ms``), their
+  load leaves with the split, and shedding the broker's other bundles on top would move load
+  that is not in excess;
 * emits TRANSFER decisions with the destination it planned (UNLOAD when
   ``loadBalancerTransferEnabled`` is off), so placement agrees with shedding by construction;
 * never sends a bundle back to the broker it moved it away from (the signature of ping-pong);
@@ -99,7 +109,8 @@ class ProjectedUsageShedder:
         *,
         trigger_ratio: float = 1.08,
         underload_ratio: float = 0.85,
-        target_ratio: float = 1.04,
+        band_margin: float = 0.04,
+        floor_ratio: float = 0.90,
         min_spread: float = 0.03,
         min_gain: float = 1e-6,
         lone_ratio: float = 1.25,
@@ -107,7 +118,8 @@ class ProjectedUsageShedder:
     ) -> None:
         self.trigger_ratio = trigger_ratio
         self.underload_ratio = underload_ratio
-        self.target_ratio = target_ratio
+        self.band_margin = band_margin
+        self.floor_ratio = floor_ratio
         self.min_spread = min_spread
         self.min_gain = min_gain
         self.lone_ratio = lone_ratio
@@ -168,8 +180,9 @@ class ProjectedUsageShedder:
         cap = config.max_unload_bundle_num_per_shedding
         budget = cap if cap > 0 else max(10, 2 * len(loads))
         transfer = config.load_balancer_transfer_enabled
-        low_band = mean * (2.0 - self.target_ratio)
-        stuck: set[str] = set()
+        high = mean * self.target_ratio(config)
+        low = mean * self.floor_ratio
+        stuck = _splitting_excess(view, model, high, now_ms)
         out: list[Decision] = []
         while len(out) < budget:
             sources = [b for b in loads if b not in stuck]
@@ -177,13 +190,15 @@ class ProjectedUsageShedder:
                 break
             s = max(sources, key=lambda b: (loads[b], b))
             d = min(loads, key=lambda b: (loads[b], b))
-            if s == d or (loads[s] <= mean * self.target_ratio and loads[d] >= low_band):
+            if s == d or (loads[s] <= high and loads[d] >= low):
                 break
             if s not in movable:
                 movable[s] = _movable(view, s, pending)
             pick = None
             if counts[s] > 1:
-                pick = self._pick(model, s, d, movable[s], loads, came_from)
+                pick = self._pick_finishing(model, s, d, movable[s], loads, came_from, high, low)
+                if pick is None:
+                    pick = self._pick(model, s, d, movable[s], loads, came_from)
             elif counts[s] == 1 and self._lone_hot(loads[s], mean, config):
                 pick, d = self._pick_lone(model, s, movable[s], loads, came_from)
             if pick is None:
@@ -226,6 +241,50 @@ class ProjectedUsageShedder:
             if transfer:
                 pending[pick.bundle] = PendingMove(s, d, now_ms, pick.load)
         return out
+
+    def target_ratio(self, config: LoadBalancerConfig) -> float:
+        """Where shedding stops: the balance band less the margin, never above the trigger."""
+        return min(
+            self.trigger_ratio, config.load_balancer_balanced_max_over_mean - self.band_margin
+        )
+
+    def _pick_finishing(
+        self,
+        model: UsageModel,
+        s: str,
+        d: str,
+        cands: list[_Candidate],
+        loads: Mapping[str, float],
+        came_from: Mapping[str, str],
+        high: float,
+        low: float,
+    ) -> _Candidate | None:
+        """The bundle with the fewest bytes whose move leaves both brokers of the pair inside
+        ``[low, high]``, if one does: one move then settles the pair, and the smallest such
+        bundle disconnects the least traffic and leaves the destination the most room."""
+        if not cands:
+            return None
+        window = cands
+        if len(cands) > 2 * _WINDOW:
+            probe = cands[len(cands) // 2].load
+            slope = loads[s] - model.load_if_removed(s, probe)
+            if slope > 0:
+                need = max(loads[s] - high, 0.0) / slope * probe.work
+                i = bisect.bisect_left(cands, need, key=lambda c: c.work)
+                window = cands[max(0, i - _WINDOW) : i + 2 * _WINDOW]
+        best: _Candidate | None = None
+        best_key: tuple[float, float, str] | None = None
+        for c in window:
+            if came_from.get(c.bundle) == d:
+                continue
+            after_s = model.load_if_removed(s, c.load)
+            after_d = model.load_if_added(d, c.load)
+            if not (low <= after_s <= high and low <= after_d <= high):
+                continue
+            key = (c.stats.msg_throughput_in + c.stats.msg_throughput_out, c.work, c.bundle)
+            if best_key is None or key < best_key:
+                best, best_key = c, key
+        return best
 
     def _lone_hot(self, load: float, mean: float, config: LoadBalancerConfig) -> bool:
         """Whether a broker's only bundle may go: it is overloaded, or far above the mean."""
@@ -307,6 +366,34 @@ def _replay_pending(
         model.add(pm.destination, pm.load)
         kept[bundle] = pm
     return kept
+
+
+def _splitting_excess(view: ClusterView, model: UsageModel, high: float, now_ms: int) -> set[str]:
+    """Brokers that would be inside the band without the bundles being split in this cycle.
+
+    The cycle passes the bundles it splits or merges now as moved at ``now_ms``; nothing else
+    carries that time, since this cycle's own moves are recorded after shedding. Their load
+    leaves with the split (its children are placed afresh), so shedding the broker's other
+    bundles would move load that is not in excess."""
+    leaving: dict[str, list[NamespaceBundleStats]] = {}
+    for bundle, t in view.recently_unloaded.items():
+        if t < now_ms:
+            continue
+        for name, b in view.brokers.items():
+            st = b.report.last_stats.get(bundle)
+            if st is not None:
+                leaving.setdefault(name, []).append(st)
+                break
+    out: set[str] = set()
+    for name, stats in sorted(leaving.items()):
+        gone = BundleLoad(
+            sum(st.msg_rate for st in stats),
+            sum(st.msg_throughput_in for st in stats),
+            sum(st.msg_throughput_out for st in stats),
+        )
+        if model.load(name) > high and model.load_if_removed(name, gone) <= high:
+            out.add(name)
+    return out
 
 
 def _movable(
