@@ -63,12 +63,14 @@ class Preallocations(dict[str, BundleData]):
     insertion order starting from ``0`` (``_fold_msg_rate``), the same operations as summing the
     values afresh, so the same bits; replacing or removing an entry sums afresh."""
 
-    __slots__ = ("long_term_msg_rate", "topics")
+    __slots__ = ("generation", "long_term_msg_rate", "topics")
 
     def __init__(self) -> None:
         super().__init__()
         self.long_term_msg_rate: float = 0
         self.topics: int = 0
+        self.generation = 0
+        """Counts replacements and removals: while it stays, entries were only appended."""
 
     def __setitem__(self, bundle: str, data: BundleData) -> None:
         if bundle in self:
@@ -89,6 +91,7 @@ class Preallocations(dict[str, BundleData]):
         return out
 
     def _resum(self) -> None:
+        self.generation += 1
         self.long_term_msg_rate = _fold_msg_rate(self.values())
         self.topics = sum(d.topics for d in self.values())
 

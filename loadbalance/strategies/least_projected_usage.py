@@ -32,17 +32,22 @@ import bisect
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
+from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.bundles import FULL_UPPER, BundleRange, parse_bundle
 from loadbalance.errors import InvalidBundle
 from loadbalance.model import NamespaceBundleStats
-from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
+from loadbalance.placement.base import Preallocations
+from loadbalance.strategies.usage_projection import BrokerUsage, BundleLoad, UsageModel, Weights
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
+
+_NOTHING: Mapping[str, BundleData] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,18 +171,64 @@ def projected_scores(
     preallocated: Mapping[str, Mapping[str, BundleData]],
     config: LoadBalancerConfig,
     index: LoadIndex | None = None,
+    memo: _Projections | None = None,
 ) -> dict[str, float]:
-    """Each known candidate's projected load (fraction) if ``load`` were placed there."""
-    model = UsageModel(view, Weights.of(config))
+    """Each known candidate's projected load (fraction) if ``load`` were placed there.
+
+    ``memo``: the same caller's previous projections (one selector's placements in a cycle)."""
+    weights = Weights.of(config)
     index = index if index is not None else LoadIndex(view)
+    if memo is None:
+        memo = _Projections(view, weights)
+    elif memo.view is not view or memo.weights != weights:
+        memo.reset(view, weights)
+    brokers = memo.model.brokers
     scores: dict[str, float] = {}
     for c in sorted(set(candidates)):
-        if c not in model.brokers:
+        if c not in brokers:
             continue
-        for name, data in preallocated.get(c, {}).items():
-            model.add(c, index.estimate(name, data))
-        scores[c] = model.load_if_added(c, load)
+        usage = memo.with_preallocated(c, preallocated.get(c, _NOTHING), index)
+        scores[c] = usage.shifted(load, 1.0).load(weights)
     return scores
+
+
+class _Projections:
+    """Each broker's projected usage with its preallocated bundles added, kept between the
+    placements of one cycle.
+
+    Adding a broker's preallocations afresh for every candidate of every placement costs the
+    square of the placements; here a broker's entry is extended by the bundles appended since
+    (the same ``shifted`` calls in the same order, so the same bits) and rebuilt only when an
+    entry was replaced or removed (``Preallocations.generation``) or the mapping is another."""
+
+    def __init__(self, view: ClusterView, weights: Weights) -> None:
+        self.reset(view, weights)
+
+    def reset(self, view: ClusterView, weights: Weights) -> None:
+        self.view, self.weights = view, weights
+        self.model = UsageModel(view, weights)
+        self._done: dict[str, tuple[Mapping[str, BundleData], int, int, BrokerUsage]] = {}
+
+    def with_preallocated(
+        self, broker: str, pre: Mapping[str, BundleData], index: LoadIndex
+    ) -> BrokerUsage:
+        generation = pre.generation if isinstance(pre, Preallocations) else None
+        done = self._done.get(broker)
+        if (
+            generation is not None
+            and done is not None
+            and done[0] is pre
+            and done[1] == generation
+            and done[2] <= len(pre)
+        ):
+            start, usage = done[2], done[3]
+        else:
+            start, usage = 0, self.model.brokers[broker]
+        for name, data in islice(pre.items(), start, None):
+            usage = usage.shifted(index.estimate(name, data), 1.0)
+        if generation is not None:
+            self._done[broker] = (pre, generation, len(pre), usage)
+        return usage
 
 
 class LeastProjectedUsage:
@@ -189,6 +240,7 @@ class LeastProjectedUsage:
     def __init__(self) -> None:
         self._index_for: ClusterView | None = None
         self._index: LoadIndex | None = None
+        self._memo: _Projections | None = None
 
     def initial_state(self) -> None:
         """Stateless across selections (the load index above is a per-view cache)."""
@@ -208,8 +260,12 @@ class LeastProjectedUsage:
         if self._index is None or self._index_for is not view:
             # one selector serves one view; index its known ranges once, not per lookup
             self._index, self._index_for = LoadIndex(view), view
+        if self._memo is None or self._memo.view is not view:
+            self._memo = _Projections(view, Weights.of(config))
         load = self._index.estimate(bundle, bundle_data)
-        scores = projected_scores(candidates, load, view, preallocated, config, self._index)
+        scores = projected_scores(
+            candidates, load, view, preallocated, config, self._index, self._memo
+        )
         if not scores:
             return None, None
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
