@@ -9,16 +9,19 @@ splitting now (its load leaves with the split). Brokers here have 8 cores and CP
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.config import LoadBalancerConfig
+from loadbalance.cycle import CycleState, step
+from loadbalance.decisions import SPLIT, TRANSFER
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
 from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
-from loadbalance.time_average import TimeAverageBrokerData
+from loadbalance.time_average import BundleData, TimeAverageBrokerData
 from loadbalance.view import BrokerView, ClusterView
 
 NOW = 3_600_000
@@ -55,8 +58,8 @@ def _view(brokers: dict[str, dict[str, float]], recent: dict[str, int] | None = 
 
 
 def _shed(view: ClusterView, **cfg: Any):
-    config = LoadBalancerConfig().model_copy(
-        update={"placement_strategy_name": "LeastProjectedUsage", **cfg}
+    config = LoadBalancerConfig(loadBalancerLoadPlacementStrategy="LeastProjectedUsage").model_copy(
+        update=cfg
     )
     shedder = ProjectedUsageShedder()
     return shedder.find_bundles_for_unloading(
@@ -150,3 +153,26 @@ def test_a_bundle_in_its_grace_period_is_not_a_split() -> None:
     res = _shed(_splitting(NOW - 60_000))
     moved = [d for d in res.decisions if d.source_broker == "hot"]
     assert moved and B("HOT") not in {d.bundle for d in moved}
+
+
+def test_the_cycle_splits_the_hot_bundle_and_sheds_nothing_else_from_its_broker() -> None:
+    """Through ``cycle.step``: ``HOT`` (40,000 msg/s over a long term) is over
+    ``loadBalancerNamespaceBundleMaxMsgRate``, so the cycle splits it and our shedder moves
+    nothing off its broker; with splitting off, the same cycle sheds the broker's small bundles."""
+    view = _splitting(0)
+    view = replace(view, recently_unloaded={})
+    hot = view.brokers["hot"].report.last_stats[B("HOT")]
+    view = replace(view, bundle_data={B("HOT"): BundleData().update(hot)})
+
+    def decide(split: bool):
+        config = LoadBalancerConfig(
+            loadBalancerLoadSheddingStrategy="ProjectedUsageShedder",
+            loadBalancerLoadPlacementStrategy="LeastProjectedUsage",
+            loadBalancerAutoBundleSplitEnabled=split,
+        )
+        return step(CycleState(), view, config, now_ms=NOW, cycle="c")[1].decisions
+
+    with_split = decide(True)
+    assert [(d.kind, d.bundle) for d in with_split] == [(SPLIT, B("HOT"))]
+    without = decide(False)
+    assert without and all(d.kind == TRANSFER and d.source_broker == "hot" for d in without)
