@@ -109,6 +109,7 @@ class BrokerSelector:
         self._strategy_state: PlacementState = strategy_state
         self._now_ms = now_ms
         self._index: LoadIndex | None = None
+        self._live: list[str] | None = None
         self._preallocated: dict[str, Preallocations] = {}
         self._bundle_to_broker: dict[str, str] = {}
         for broker_name in sorted(view.preallocated):
@@ -146,10 +147,11 @@ class BrokerSelector:
                 return previous
             self._forget(bundle, previous)
 
-        ttl_s = self._config.load_balancer_broker_load_data_ttl_in_seconds
-        full = live_candidates(
-            self._view, exclude=excluded, now_ms=self._now_ms, load_data_ttl_s=ttl_s
-        )
+        if self._live is None:
+            # the same for every selection of this selector: its view and clock are fixed
+            ttl_s = self._config.load_balancer_broker_load_data_ttl_in_seconds
+            self._live = live_candidates(self._view, now_ms=self._now_ms, load_data_ttl_s=ttl_s)
+        full = [c for c in self._live if c not in excluded] if excluded else list(self._live)
         if not full:
             return None
         candidates = filter_brokers_with_large_topic_count(
