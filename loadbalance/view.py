@@ -15,11 +15,8 @@ split or merged away.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from itertools import repeat
-from operator import attrgetter
 from types import MappingProxyType
 
 from loadbalance.bundles import NamespaceBundles
@@ -192,7 +189,9 @@ def build_view(
     for name, load in state.brokers.items():
         ta = given.get(name)
         if ta is None:
-            ta = _broker_sums(state.bundles, load.report.bundles, default)
+            ta = TimeAverageBrokerData.of(
+                state.bundles.get(b, default) for b in load.report.bundles
+            )
         brokers[name] = BrokerView(
             load.report, load.history_usage, load.msg_throughput_ema, ta, load.received_at_ms
         )
@@ -203,30 +202,6 @@ def build_view(
         recently_unloaded=MappingProxyType(dict(recently_unloaded or {})),
         preallocated=_preallocations(preallocated),
         topic_hashes=MappingProxyType(dict(topic_hashes or {})),
-    )
-
-
-_SHORT_TERM = attrgetter("short_term")
-_LONG_TERM = attrgetter("long_term")
-_SUMMED = tuple(
-    attrgetter(f)
-    for f in ("msg_throughput_in", "msg_throughput_out", "msg_rate_in", "msg_rate_out")
-)
-
-
-def _broker_sums(
-    bundles: Mapping[str, BundleData], names: Collection[str], default: BundleData
-) -> TimeAverageBrokerData:
-    """``TimeAverageBrokerData.of`` the named bundles' data (``default`` for one never seen).
-
-    The same correctly rounded ``math.fsum`` per column, hence the same bits, but each column is
-    read with ``map`` over ``attrgetter`` so the per-bundle work runs in C: at a million bundles
-    this sum is most of the cost of building a view."""
-    datas = list(map(bundles.get, names, repeat(default, len(names))))
-    short = list(map(_SHORT_TERM, datas))
-    long = list(map(_LONG_TERM, datas))
-    return TimeAverageBrokerData(
-        *(math.fsum(map(f, short)) for f in _SUMMED), *(math.fsum(map(f, long)) for f in _SUMMED)
     )
 
 
