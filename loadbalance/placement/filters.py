@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
-from operator import itemgetter, methodcaller
 
 from loadbalance.bundles import bundle_namespace
 from loadbalance.placement.base import pending_topics
@@ -32,8 +31,6 @@ from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 
 MS_PER_S = 1000
-_SPLIT_NAMESPACE = methodcaller("rsplit", "/", 1)  # as bundle_namespace
-_FIRST = itemgetter(0)
 
 
 def live_candidates(
@@ -87,10 +84,8 @@ def namespace_bundle_counts(
     ``brokerToNamespaceToBundleRange``)."""
     counts: dict[str, Counter[str]] = {}
     for name, broker in view.brokers.items():
-        pre = preallocated.get(name)
-        bundles = broker.report.bundles | set(pre) if pre else broker.report.bundles
-        # bundle_namespace of every bundle, in C (the brokers serve every bundle of the cluster)
-        counts[name] = Counter(map(_FIRST, map(_SPLIT_NAMESPACE, bundles)))
+        bundles = set(broker.report.bundles) | set(preallocated.get(name, {}))
+        counts[name] = Counter(bundle_namespace(b) for b in bundles)
     return counts
 
 
