@@ -255,6 +255,9 @@ def test_run_splits_the_hot_bundle_sheds_the_overloaded_broker_and_stops_on_sigi
             ):
                 break
             time.sleep(2)
+        # The run's summary samples the view every refresh interval (2 s, its own clock): let it
+        # read the state this loop stopped on before stopping the run.
+        time.sleep(4)
         assert first_batch, f"no streaming batch completed\n{_output(run_dir)}"
         # Each child serves its metrics on the ports `lbctl run --metrics-port` gave it.
         stream_page, control_page, sim_page = (_scrape(metrics_base + i) for i in range(3))
@@ -311,8 +314,14 @@ def test_run_splits_the_hot_bundle_sheds_the_overloaded_broker_and_stops_on_sigi
         assert lease is not None and lease.broker == d.destination_broker, (bundle, lease, d)
         checked += 1
     assert checked >= 1, "at least one transfer's destination is the owner in Redis"
-    assert any(d.source_broker == "broker-00" for _, d in last_move.values()), (
-        "the overloaded broker shed load"
+    # The overloaded broker sheds load: by moves off it, or by the hot bundle's split, whose
+    # children the lookups place afresh (our shedder moves nothing else off a broker whose
+    # excess is a bundle split in the same cycle).
+    hot_children = [n for n in hot_ns.bundle_names if int(n.rsplit("_", 1)[1], 16) <= 0x40000000]
+    child_owners = {lease.broker for c in hot_children if (lease := store.owner(c, now_ms))}
+    moved_off = any(d.source_broker == "broker-00" for _, d in last_move.values())
+    assert moved_off or child_owners - {"broker-00"}, (
+        f"the overloaded broker shed load: {child_owners}\n{output}"
     )
 
     assert start_spread is not None and end_spread is not None
