@@ -168,12 +168,8 @@ class RedisProgress:
     def read_namespaces(self) -> dict[str, NamespaceBundles]:
         """Current boundaries, read through the ownership store (one layout, one reader)."""
         store = RedisStore(self._r, self._prefix)
-        out: dict[str, NamespaceBundles] = {}
-        for ns in store.list_namespaces():
-            nb = store.get_namespace(ns)
-            if nb is not None:
-                out[ns] = nb
-        return out
+        names = store.list_namespaces()
+        return {ns: nb for ns, nb in zip(names, store.read_namespaces(names)) if nb is not None}
 
     def commit(
         self,
