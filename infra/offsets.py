@@ -41,7 +41,13 @@ from confluent_kafka.admin import AdminClient
 
 from infra.topics import kafka_client_config
 
-__all__ = ["earliest_offsets", "latest_offsets", "partitions_for", "probe_consumer_config"]
+__all__ = [
+    "GroupOffsets",
+    "earliest_offsets",
+    "latest_offsets",
+    "partitions_for",
+    "probe_consumer_config",
+]
 
 _PROBE_OVERRIDES: dict[str, Any] = {
     "enable.auto.commit": False,
@@ -157,3 +163,36 @@ def latest_offsets(
         }
     finally:
         consumer.close()
+
+
+class GroupOffsets:
+    """A consumer group's committed offsets on one topic, read repeatedly through one client.
+
+    Why a class: asking every few milliseconds (the live scoreboard waits for the controller to
+    commit what the job published) would otherwise open a connection per question. The client
+    never subscribes, so it never joins the group or disturbs its members; OffsetFetch is
+    answered correctly by Tansu as well.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group_id: str,
+        topic: str,
+        client_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        config = kafka_client_config(bootstrap_servers, client_config)
+        config.update({"group.id": group_id, "enable.auto.commit": False})
+        self.topic = topic
+        self._consumer = Consumer(config)
+
+    def committed(self, partitions: list[int], timeout_s: float = 10.0) -> dict[int, int]:
+        """partition -> committed offset (the next record the group reads); partitions the group
+        never committed are absent."""
+        tps = self._consumer.committed(
+            [TopicPartition(self.topic, p) for p in partitions], timeout=timeout_s
+        )
+        return {tp.partition: int(tp.offset) for tp in tps if tp.offset >= 0}
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "streaming.cli",
     "controller.cli",
     "producers.cli",
+    "lbctl.bench_cmd",
     "producers.agent_cli",
     "lbctl.run_cmd",
     "lbctl.monitor_cmd",

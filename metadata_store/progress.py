@@ -131,6 +131,11 @@ class RedisProgress:
             int(now_ms) if now_ms is not None else None,
         )
 
+    def cycle_pending(self) -> bool:
+        """Whether the last committed batch made a policy cycle due that has not published its
+        decisions yet (False before the first commit)."""
+        return self._r.hget(self._keys.stream_progress(), "cycle_pending") == b"1"
+
     def forget(self) -> bool:
         """Drop the progress and the pending record (a new checkpoint starts from nothing);
         True if there was any."""

@@ -1,8 +1,8 @@
-"""``lbctl bench balance`` and ``lbctl simulate SCENARIO --fast``.
+"""``lbctl simulate SCENARIO [--fast]``: the closed-loop cluster simulator on one scenario.
 
-``bench balance`` runs the balance-quality scoreboard (``producers.scoreboard``) and writes its
-JSON, Markdown and PNG files; ``simulate --fast`` plays one scenario in fast mode under one
-strategy pair and prints one line per cycle, so a user can watch a policy work on one case.
+``simulate --fast`` plays one scenario in fast mode under one strategy pair and prints one line
+per cycle, so a user can watch a policy work on one case (the scoreboard over every scenario is
+``lbctl bench balance``, in ``lbctl.bench_cmd``).
 
 ``simulate`` without ``--fast`` is the live mode (``producers.live_sim``): the same world
 publishes real load reports to Kafka and serves what Redis says each broker owns, for the
@@ -41,44 +41,11 @@ from producers.live_sim import (
     newest_record_ms,
     resume_start_ms,
 )
-from producers.scenarios import available_scenarios, load_scenario
-
-DEFAULT_OUT = Path(".lbctl/bench")
-
-
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+from producers.scenarios import load_scenario
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    _register_bench(subparsers)
     _register_simulate(subparsers)
-
-
-def _register_bench(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser(
-        "bench", help="benchmarks of the policies (balance-quality scoreboard)"
-    )
-    bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH")
-    bench.set_defaults(func=lambda _args: bench.print_help() or 2)
-    bal = bench_sub.add_parser(
-        "balance",
-        help="run every scenario under every strategy pair and score balance quality",
-        description="Fast-mode scoreboard: cycles to balance, moves, splits, oscillations, "
-        "churn, peak usage after events, end deviation and policy time per cycle.",
-    )
-    bal.add_argument("--scenarios", type=_csv, default=None, help="comma list (default: all)")
-    bal.add_argument(
-        "--pairs", type=_csv, default=None, help="comma list of pair keys (default: all)"
-    )
-    bal.add_argument(
-        "--cycles", type=int, default=None, help="cycles per run (default: scenario's)"
-    )
-    bal.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
-    bal.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output dir ({DEFAULT_OUT})")
-    bal.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    bal.add_argument("--json", action="store_true", help="print the JSON document, not a table")
-    bal.set_defaults(func=run_bench_balance)
 
 
 def _register_simulate(subparsers: argparse._SubParsersAction) -> None:
@@ -122,42 +89,6 @@ def _register_simulate(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(sim)
     metrics.add_metrics_argument(sim)
     sim.set_defaults(func=run_simulate)
-
-
-def run_bench_balance(args: argparse.Namespace) -> int:
-    scenarios = args.scenarios or available_scenarios()
-    pairs = args.pairs or list(scoreboard.ALL_PAIR_KEYS)
-    unknown = [p for p in pairs if p not in scoreboard.PAIRS]
-    missing = [s for s in scenarios if s not in available_scenarios() and not Path(s).is_file()]
-    if unknown or missing:
-        print(
-            f"lbctl bench balance: unknown pairs {unknown} / scenarios {missing}; "
-            f"pairs: {', '.join(scoreboard.PAIRS)}; scenarios: {', '.join(available_scenarios())}",
-            file=sys.stderr,
-        )
-        return 2
-    t0 = time.perf_counter()
-    scores = scoreboard.run_scoreboard(
-        scenarios, pairs, seed=args.seed, cycles=args.cycles, workers=args.workers
-    )
-    elapsed_s = time.perf_counter() - t0
-    meta = {
-        "seed": args.seed,
-        "cycles": args.cycles,
-        "scenarios": scenarios,
-        "pairs": {p: scoreboard.PAIRS[p].label for p in pairs},
-        "elapsed_s": round(elapsed_s, 2),
-    }
-    paths = scoreboard.write_outputs(scores, args.out, meta)
-    if args.json:
-        print(scoreboard.to_json(scores, meta))
-    else:
-        print(scoreboard.to_text(scores), end="")
-        print(scoreboard.verdict_text(scores))
-        print(
-            f"{len(scores)} runs in {elapsed_s:.1f} s; wrote " + ", ".join(map(str, paths.values()))
-        )
-    return 0
 
 
 def run_simulate(args: argparse.Namespace) -> int:

@@ -87,6 +87,38 @@ class Move:
     oscillation: bool
 
 
+class MoveHistory:
+    """Turns owner changes into ``Move`` records, judging oscillation the same way in the fast
+    and the live scoreboards: a move that undoes recent work (the bundle moved again inside
+    ``oscillation_cycles``, back to the broker it had just left, or onto its own source)."""
+
+    def __init__(self, oscillation_cycles: int) -> None:
+        self.oscillation_cycles = oscillation_cycles
+        self._last: dict[str, tuple[str, int]] = {}
+
+    def move(self, cycle: int, bundle: str, source: str, dest: str, kind: str) -> Move:
+        prev = self._last.get(bundle)
+        oscillation = dest == source
+        if prev is not None:
+            before, at = prev
+            oscillation = oscillation or cycle - at < self.oscillation_cycles or dest == before
+        self._last[bundle] = (source, cycle)
+        return Move(cycle, bundle, source, dest, kind, oscillation)
+
+
+def lease_cycles(config: LoadBalancerConfig, tick_ms: int) -> int:
+    """Cycles a crashed broker's leases take to run out: the lease TTL in whole report
+    intervals, at least one."""
+    lease_s = config.load_balancer_ownership_lease_ttl_seconds
+    return max(1, -(-int(lease_s * 1000) // tick_ms))
+
+
+def oscillation_cycles(tick_ms: int) -> int:
+    """Pulsar's default grace period in cycles, whatever the pair sets, so a pair cannot look
+    steadier by shortening its own grace period."""
+    return max(1, int(OSCILLATION_WINDOW_MS // tick_ms))
+
+
 @dataclass
 class SimRun:
     """Everything one fast-mode run recorded."""
@@ -168,14 +200,11 @@ class FastSim:
         self.lookup_state: Any = None
         self.weights = weights_from_config(config)
         self._ingest = ingest_kwargs(config)
-        lease_s = float(config.load_balancer_ownership_lease_ttl_seconds)
-        self.lease_cycles = max(1, -(-int(lease_s * 1000) // self.tick_ms))
-        # Oscillations are judged against Pulsar's default grace period whatever the pair sets,
-        # so a pair cannot look steadier by shortening its own grace period.
-        self.oscillation_cycles = max(1, int(OSCILLATION_WINDOW_MS // self.tick_ms))
+        self.lease_cycles = lease_cycles(config, self.tick_ms)
+        self.oscillation_cycles = oscillation_cycles(self.tick_ms)
         self.schedule = event_schedule(scenario, self.lease_cycles)
         self._unloaded_from: dict[str, str] = {}
-        self._history: dict[str, tuple[str, int]] = {}
+        self._moves = MoveHistory(self.oscillation_cycles)
         self.run_data = SimRun(scenario.name, seed, 0)
         self.run_data.event_cycles = sorted(self.schedule)
 
@@ -286,13 +315,7 @@ class FastSim:
     # --- decisions -----------------------------------------------------------------------------
 
     def _record_move(self, cycle: int, bundle: str, source: str, dest: str, kind: str) -> None:
-        prev = self._history.get(bundle)
-        oscillation = dest == source
-        if prev is not None:
-            before, at = prev
-            oscillation = oscillation or cycle - at < self.oscillation_cycles or dest == before
-        self._history[bundle] = (source, cycle)
-        self.run_data.moves.append(Move(cycle, bundle, source, dest, kind, oscillation))
+        self.run_data.moves.append(self._moves.move(cycle, bundle, source, dest, kind))
 
     def apply(self, d: Decision, cycle: int) -> Outcome:
         """Apply one decision outside ``tick`` (``owners`` and ``namespaces`` follow at once)."""

@@ -52,7 +52,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -78,7 +78,21 @@ log = logging.getLogger(__name__)
 
 class TimestampedReportPublisher(KafkaReportPublisher):
     """The agent's Kafka publisher, plus one call that writes a cycle's reports with an explicit
-    record timestamp (the virtual time) and waits for all of them at once."""
+    record timestamp (the virtual time) and waits for all of them at once.
+
+    ``delivered`` holds, per partition, the offset after the last report delivered: a caller
+    that waits for the streaming job to have read everything published (the live scoreboard's
+    lockstep) compares it with the job's checkpoint instead of asking Kafka for end offsets."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.delivered: dict[int, int] = {}
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        super()._on_delivery(err, msg)
+        if err is None and msg is not None and msg.offset() is not None and msg.offset() >= 0:
+            p = msg.partition()
+            self.delivered[p] = max(self.delivered.get(p, 0), msg.offset() + 1)
 
     def publish_all(self, reports: Sequence[tuple[str, bytes]], timestamp_ms: int) -> None:
         self._errors.clear()
@@ -163,6 +177,8 @@ class LiveCycle:
     events: tuple[str, ...]
     usage: Mapping[str, float]
     reports: Mapping[str, LocalBrokerData]
+    owners: Mapping[str, str] = field(default_factory=dict)
+    looked_up: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -328,9 +344,10 @@ class LiveSim:
 
     def _lookups(
         self, namespaces: Mapping[str, NamespaceBundles], leases: dict[str, Lease], now_ms: int
-    ) -> int:
-        """Look up every unowned bundle that has topics (Pulsar assigns on lookup)."""
-        assigned = 0
+    ) -> list[str]:
+        """Look up every unowned bundle that has topics (Pulsar assigns on lookup); the bundles
+        the lookups assigned."""
+        assigned: list[str] = []
         for ns_name, nb in namespaces.items():
             base = self.scenario.model.bundle_base(nb)
             wanted = {b for b, agg in base.items() if agg.topics > 0 and b not in leases}
@@ -352,7 +369,7 @@ class LiveSim:
                     continue
                 if lease is not None:
                     leases[found] = lease
-                    assigned += 1
+                    assigned.append(found)
         return assigned
 
     def tick(self, cycle: int) -> LiveCycle:
@@ -397,14 +414,33 @@ class LiveSim:
             brokers=tuple(live),
             bundles=sum(len(nb) for nb in namespaces.values()),
             owned=sum(1 for b in owners.values() if b in self.live),
-            assigned=assigned,
+            assigned=len(assigned),
             moved=moved,
             published=published,
             events=tuple(events),
             usage={b: self.weights.weighted_max(r) for b, r in reports.items()},
             reports=reports,
+            owners=owners,
+            looked_up=tuple(assigned),
         )
         return self.last
+
+    def renew(self) -> int:
+        """Heartbeat every live broker and renew the leases it served in the last cycle, between
+        cycles: a caller that holds the next cycle back (waiting for the streaming job) must not
+        let the leases run out meanwhile. Returns the brokers renewed."""
+        if self.last is None:
+            return 0
+        now_ms = self.clock()
+        done = 0
+        for broker in sorted(self.live):
+            report = self.last.reports.get(broker)
+            try:
+                self._keeper(broker).heartbeat(report.bundles if report else frozenset(), now_ms)
+                done += 1
+            except Exception as e:  # as in tick: the next renewal is well within the TTL
+                log.warning("renewal of %s failed: %s", broker, e)
+        return done
 
     # --- the paced loop ------------------------------------------------------------------------
 

@@ -148,12 +148,19 @@ def test_a_tiny_scoreboard_writes_json_markdown_and_png(tmp_path: Path) -> None:
 def test_cli_registers_bench_balance_and_simulate() -> None:
     import argparse
 
+    from lbctl.bench_cmd import register as register_bench
+
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"))
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    register_bench(sub)
     args = parser.parse_args(
         ["bench", "balance", "--scenarios", "steady,crash", "--cycles", "5", "--json"]
     )
     assert args.scenarios == ["steady", "crash"] and args.cycles == 5 and args.json
+    assert not args.live
+    args = parser.parse_args(["bench", "balance", "--live", "--cycle-seconds", "2"])
+    assert args.live and args.cycle_seconds == 2.0 and args.trigger_seconds == 0.5
     args = parser.parse_args(["simulate", "herding", "--fast", "--pair", "classic"])
     assert args.fast and args.pair == "classic" and args.scenario == "herding"
 
