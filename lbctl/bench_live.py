@@ -53,7 +53,7 @@ from infra.offsets import GroupOffsets, latest_offsets, partitions_for
 from infra.topics import ensure_topics
 from lbctl.monitor_lag import checkpoint_offsets
 from lbctl.supervisor import Supervisor, lbctl_argv
-from loadbalance.config import LoadBalancerConfig, load_config
+from loadbalance.config import LoadBalancerConfig, knob_text, load_config
 from metadata_store.outcomes import OutcomeLog
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
@@ -192,8 +192,8 @@ class Lockstep:
 def knob_sets(scenario: Scenario, pair: scoreboard.StrategyPair, sets: Sequence[str]) -> list[str]:
     """The scenario's knobs, then the pair's, then the caller's ``--set`` (last wins): what the
     job, the controller and the simulator's lookups all run with."""
-    knobs = {**{k: str(v) for k, v in scenario.config.items()}}
-    knobs.update({k: str(v) for k, v in pair.overrides.items()})
+    knobs = {k: knob_text(v) for k, v in scenario.config.items()}
+    knobs.update({k: knob_text(v) for k, v in pair.overrides.items()})
     return [f"{k}={v}" for k, v in knobs.items()] + list(sets)
 
 

@@ -48,7 +48,7 @@ from lbctl.monitor_cmd import build_monitor, plain_line, record, render
 from lbctl.plots import UsageHistory, write_usage_png
 from lbctl.run_fast import DEFAULT_RUN_ROOT, run_fast
 from lbctl.supervisor import Supervisor, lbctl_argv
-from loadbalance.config import ConfigError, LoadBalancerConfig
+from loadbalance.config import ConfigError, LoadBalancerConfig, knob_text
 from loadbalance.errors import InvalidInput
 from metadata_store.progress import RedisProgress
 from producers import scoreboard
@@ -166,13 +166,21 @@ def run(args: argparse.Namespace) -> int:
 
 # -- the live pipeline ---------------------------------------------------------------------
 def _knob_sets(args: argparse.Namespace) -> list[str] | None:
-    """Pair knobs, then demo knobs, then the user's ``--set`` (last wins)."""
+    """The scenario's knobs, then the pair's, then demo knobs, then the user's ``--set`` (last
+    wins), for every child: a scenario's own knobs must reach the job and the controller as
+    they reach the fast model, or the two would play different policies."""
 
     pair = scoreboard.PAIRS.get(args.pair)
     if pair is None:
         print(f"lbctl run: unknown pair {args.pair!r}; use {', '.join(scoreboard.PAIRS)}")
         return None
-    knobs = {**{k: str(v) for k, v in pair.overrides.items()}, **DEMO_KNOBS}
+    try:
+        scenario_knobs = dict(load_scenario(args.scenario, args.seed).config)
+    except InvalidInput:  # run_live reports it
+        scenario_knobs = {}
+    knobs = {k: knob_text(v) for k, v in scenario_knobs.items()}
+    knobs.update({k: knob_text(v) for k, v in pair.overrides.items()})
+    knobs.update(DEMO_KNOBS)
     return [f"{k}={v}" for k, v in knobs.items()] + list(args.set or [])
 
 

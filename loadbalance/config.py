@@ -788,6 +788,16 @@ def _coerce(alias: str, raw: str) -> Any:
     return raw
 
 
+def knob_text(value: Any) -> str:
+    """A knob value (from JSON or Python: bool, number, list of names) as the text ``--set`` and
+    broker.conf carry, which ``_coerce`` reads back to the same value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def _suggest(key: str) -> str:
     names = list(ALIAS_TO_FIELD) + list(DEPRECATED_ALIASES)
     close = difflib.get_close_matches(key, names, n=1)
