@@ -70,6 +70,8 @@ class LiveRunRecorder:
         self._unloaded_from: dict[str, str] = {}
         self._owners: dict[str, str] = {}
         self.decisions = 0
+        self.applied_at: list[tuple[int, str]] = []  # (cycle, kind) of each applied decision
+        self.bundle_counts: list[int] = []  # bundles in Redis' namespaces, per cycle
 
     def cycle(self, lc: LiveCycle) -> None:
         """One published cycle: its events, the unloaded bundles its lookups placed, usage."""
@@ -86,6 +88,7 @@ class LiveRunRecorder:
             if source is not None and dest is not None:
                 run.moves.append(self._moves.move(lc.cycle, bundle, source, dest, UNLOAD))
         run.usage.append(dict(lc.usage))
+        self.bundle_counts.append(lc.bundles)
         run.reports.append(dict(lc.reports))
         run.cycles = lc.cycle + 1
         self._owners = dict(lc.owners)
@@ -102,6 +105,7 @@ class LiveRunRecorder:
             run.outcomes[outcome] = run.outcomes.get(outcome, 0) + 1
             if outcome != APPLIED:
                 continue
+            self.applied_at.append((cycle, kind))
             source, dest = e.get("source", ""), e.get("destination", "")
             if kind == TRANSFER and source and dest:
                 run.moves.append(self._moves.move(cycle, bundle, source, dest, TRANSFER))
