@@ -191,9 +191,9 @@ def summarize(trials: Sequence[Trial], interval_s: float, gate_s: float) -> dict
         if not values:
             return None
         return {
-            "p50": percentile(values, 50),
-            "p99": percentile(values, 99),
-            "max": max(values),
+            "p50": round(percentile(values, 50), 1),
+            "p99": round(percentile(values, 99), 1),
+            "max": round(max(values), 1),
             "n": len(values),
         }
 
@@ -470,14 +470,14 @@ class Bench:
             raise RuntimeError(f"{ex.name} exited with code {ex.code}: {ex.error or ex.tail}")
 
     def start_up(self) -> None:
-        """Rounds every 2 s until the job's first commit, then lockstep rounds until quiet."""
+        """Rounds every 3 s until the job's first commit, then lockstep rounds until quiet."""
         self.sim.setup()
         deadline = time.monotonic() + self.args.startup_timeout_s
         while self.observer.clock is None:
             if time.monotonic() > deadline:
                 raise RuntimeError("the streaming job committed no batch in time")
-            self.tick(lockstep=False)
-            time.sleep(max(0.0, 2.0 - self.args.round_s))
+            self.tick(lockstep=False)  # leases renewed, a backlog the first batch reads
+            time.sleep(max(0.0, 3.0 - self.args.round_s))
         say(f"job's first batch committed after {self.cycle} rounds; warming up")
         self.settle(min_rounds=self.args.warmup_rounds)
 
