@@ -129,6 +129,7 @@ class Trial:
     decision_ms: float | None = None
     applied_ms: float | None = None
     batch: int | None = None  # the micro-batch whose policy cycle decided
+    strays: int = 0  # bundles that left the broker by decisions made before the hot report
 
     @property
     def policy_rounds(self) -> int | None:
@@ -307,7 +308,7 @@ class Observer(threading.Thread):
         self.commits: list[tuple[int, float]] = []  # (job clock, first wall ms seen)
         self.clock: int | None = None
         self.watch: tuple[str, dict[str, str]] | None = None  # broker, bundle -> namespace
-        self.moved: tuple[float, str, str] | None = None  # wall ms, bundle, new owner
+        self.departures: list[tuple[float, str, str]] = []  # wall ms, bundle, new owner
         self.stop_event = threading.Event()
         self.errors = 0
 
@@ -317,12 +318,17 @@ class Observer(threading.Thread):
 
     def start_watch(self, broker: str, bundles: Mapping[str, str]) -> None:
         with self.lock:
-            self.watch, self.moved = (broker, dict(bundles)), None
+            self.watch, self.departures = (broker, dict(bundles)), []
 
-    def end_watch(self) -> tuple[float, str, str] | None:
+    def take_departures(self) -> list[tuple[float, str, str]]:
+        """The watched bundles seen leaving the broker since the last call (each once)."""
         with self.lock:
-            moved, self.watch = self.moved, None
-            return moved
+            out, self.departures = self.departures, []
+            return out
+
+    def end_watch(self) -> None:
+        with self.lock:
+            self.watch = None
 
     def run(self) -> None:
         while not self.stop_event.wait(self.poll_s):
@@ -338,7 +344,7 @@ class Observer(threading.Thread):
             if clock is not None and clock != self.clock:
                 self.clock = clock
                 self.commits.append((clock, now))
-            watch = self.watch if self.moved is None else None
+            watch = self.watch
         if watch is None:
             return
         broker, bundles = watch
@@ -349,9 +355,8 @@ class Observer(threading.Thread):
                 lease = owners.get(b)
                 if lease is None or lease.broker != broker:
                     with self.lock:
-                        if self.watch is not None and self.moved is None:
-                            self.moved = (seen, b, lease.broker if lease else "(free)")
-                    return
+                        if self.watch is not None and self.watch[1].pop(b, None) is not None:
+                            self.departures.append((seen, b, lease.broker if lease else "(free)"))
 
 
 class DecisionReader(threading.Thread):
@@ -384,14 +389,12 @@ class DecisionReader(threading.Thread):
                 self.decisions.append((doc, msg.timestamp()[1]))
         self.consumer.close()
 
-    def find(self, bundle: str, source: str, min_decided_ms: int) -> tuple[dict, int] | None:
+    def find(self, bundle: str, source: str) -> tuple[dict, int] | None:
+        """The newest decision moving ``bundle`` off ``source`` read so far, with its Kafka
+        timestamp."""
         with self.lock:
-            for doc, ts in self.decisions:
-                if (
-                    doc.get("bundle") == bundle
-                    and doc.get("sourceBroker") == source
-                    and doc.get("decidedAtMs", 0) >= min_decided_ms
-                ):
+            for doc, ts in reversed(self.decisions):
+                if doc.get("bundle") == bundle and doc.get("sourceBroker") == source:
                     return doc, ts
         return None
 
@@ -493,25 +496,26 @@ class Bench:
         return n
 
     def pick(self, index: int) -> tuple[str, list[str]]:
-        """The trial's broker (rotating) and its largest bundles out of the grace period."""
+        """The trial's broker (rotating) and its hot bundles: its largest, those out of the
+        grace period first (a bundle in it cannot be moved, so the broker must shed others)."""
         brokers = sorted(self.sim.live)
         grace_rounds = int(self.sim.config.load_balancer_shedding_grace_period_minutes) + 2
         for j in range(len(brokers)):
             target = brokers[(index + j) % len(brokers)]
-            own = [
-                b
-                for b, o in sorted(self.owners.items())
-                if o == target and self.cycle - self.recent_moves.get(b, -(10**9)) > grace_rounds
-            ]
-            if len(own) > self.args.hot_bundles:
-                report = self.sim.last.reports[target]
-                own.sort(
-                    key=lambda b: (
-                        -report.last_stats[b].msg_throughput_in if b in report.last_stats else 0.0
-                    )
+            own = [b for b, o in sorted(self.owners.items()) if o == target]
+            if len(own) <= self.args.hot_bundles:
+                continue
+            stats = self.sim.last.reports[target].last_stats
+            ranked = sorted(
+                (
+                    self.cycle - self.recent_moves.get(b, -(10**9)) <= grace_rounds,
+                    -(stats[b].msg_throughput_in if b in stats else 0.0),
+                    b,
                 )
-                return target, own[: self.args.hot_bundles]
-        raise RuntimeError("no broker has bundles out of the grace period")
+                for b in own
+            )
+            return target, [b for _, _, b in ranked[: self.args.hot_bundles]]
+        raise RuntimeError(f"no broker owns more than {self.args.hot_bundles} bundles")
 
     def trial(self, index: int) -> Trial:
         target, hot = self.pick(index)
@@ -522,27 +526,39 @@ class Bench:
         self.observer.start_watch(target, ns_of)
         self.tick()
         t = Trial(index, target, tuple(hot), factor, usage, k, self.pub_ms[k])
-        deadline_rounds = k + self.args.max_wait_rounds
-        while self.observer.moved is None and self.cycle < deadline_rounds:
-            self.tick()
-        moved = self.observer.end_watch()
+        while t.visible_ms is None and self.cycle < k + self.args.max_wait_rounds:
+            for seen_ms, bundle, owner in self.observer.take_departures():
+                found = self._decision(bundle, target)
+                if found is None or found[0].get("decidedAtMs", 0) < self.virtual_ms(k):
+                    t.strays += 1  # moved by a decision made before the hot report
+                    continue
+                t.visible_ms, t.moved_bundle, t.new_owner = seen_ms, bundle, owner
+                self._note_decision(t, *found)
+                break
+            else:
+                self.tick()
+        self.observer.end_watch()
         set_bursts(self.sim, ())  # traffic back to normal from the next round on
-        if moved is not None:
-            t.visible_ms, t.moved_bundle, t.new_owner = moved
-            found = self.reader.find(moved[1], target, self.virtual_ms(k))
-            deadline = time.monotonic() + 5
-            while found is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-                found = self.reader.find(moved[1], target, self.virtual_ms(k))
-            if found is not None:
-                doc, ts = found
-                t.decision_id, t.decision_kind, t.decision_ms = doc["id"], doc["kind"], float(ts)
-                t.decide_round = round_of(doc["decidedAtMs"], self.sim.start_ms, self.sim.tick_ms)
-                if t.decide_round is not None:
-                    t.decide_pub_ms = self.pub_ms.get(t.decide_round)
-                    t.commit_ms = self.observer.commit_seen_ms(self.virtual_ms(t.decide_round))
-                t.batch = int(doc["cycle"]) if str(doc.get("cycle", "")).isdigit() else None
         return t
+
+    def _decision(self, bundle: str, source: str) -> tuple[dict, int] | None:
+        """The decision that moved ``bundle`` off ``source``; the reader may lag the move by a
+        poll, so wait a little for it."""
+        deadline = time.monotonic() + 3.0
+        found = self.reader.find(bundle, source)
+        while found is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            found = self.reader.find(bundle, source)
+        return found
+
+    def _note_decision(self, t: Trial, doc: dict[str, Any], kafka_ts_ms: int) -> None:
+        t.decision_id, t.decision_kind = doc["id"], doc["kind"]
+        t.decision_ms = float(kafka_ts_ms)
+        t.batch = int(doc["cycle"]) if str(doc.get("cycle", "")).isdigit() else None
+        t.decide_round = round_of(doc["decidedAtMs"], self.sim.start_ms, self.sim.tick_ms)
+        if t.decide_round is not None:
+            t.decide_pub_ms = self.pub_ms.get(t.decide_round)
+            t.commit_ms = self.observer.commit_seen_ms(self.virtual_ms(t.decide_round))
 
 
 def say(text: str) -> None:
@@ -675,6 +691,7 @@ def row_line(t: Trial) -> str:
         f"policy rounds {t.policy_rounds if t.policy_rounds is not None else '-'}, "
         f"pipeline {_ms(t.pipeline_ms)} ms, in-bench reaction {_ms(t.reaction_ms)} ms, "
         f"{t.decision_kind or '-'} {t.moved_bundle or '-'} -> {t.new_owner or '-'}"
+        + (f" ({t.strays} earlier moves off it ignored)" if t.strays else "")
     )
 
 
