@@ -140,7 +140,11 @@ _NONNEG = {"ge": 0}
 class LoadBalancerConfig(BaseModel):
     """Every knob the policies, the streaming job and the controller read."""
 
-    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+    # allow_inf_nan=False: an infinite TTL or interval would pass "> 0" and then break the
+    # arithmetic that turns it into milliseconds; no knob means "infinite" by inf
+    model_config = ConfigDict(
+        frozen=True, populate_by_name=True, extra="forbid", allow_inf_nan=False
+    )
 
     # -- switches --------------------------------------------------------------------------
     load_balancer_enabled: bool = _f(

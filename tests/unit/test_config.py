@@ -217,3 +217,15 @@ def test_non_load_balancer_keys_give_one_summary_line_and_verbose_lists_them(
     for key in ("loadManagerClassName", "loadBalancerDebugModeEnabled", "preferLaterVersions"):
         assert f"lbctl: note: broker.conf: {key}=" in verbose
     assert "BrokerVersionFilter" in verbose and "BrokerLoadData" in verbose
+
+
+def test_infinite_or_nan_knob_values_are_refused_naming_the_knob() -> None:
+    """ "inf" passes "> 0" and would break the millisecond arithmetic of a TTL or interval."""
+    import pytest
+
+    from loadbalance.config import ConfigError, load_config
+
+    for knob in ("loadBalancerOwnershipLeaseTtlSeconds", "loadBalancerSheddingIntervalMinutes"):
+        for value in ("inf", "-inf", "nan", "1e400"):
+            with pytest.raises(ConfigError, match=knob):
+                load_config(overrides={knob: value})
