@@ -57,7 +57,7 @@ from loadbalance.split_algorithms import (
 )
 from loadbalance.time_average import NUM_LONG_SAMPLES, BundleData, TimeAverageMessageData
 from loadbalance.values import DecisionReason, SkipReason
-from loadbalance.view import ClusterView
+from loadbalance.view import ClusterView, digest_of
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
@@ -115,15 +115,17 @@ def split_reason(
     return None
 
 
-def _hot_bundles(view: ClusterView, config: LoadBalancerConfig) -> tuple[list[_Hot], set[str]]:
-    """Hot bundles (one entry per bundle) and the names of every bundle seen in ``lastStats``.
+def _hot_bundles(
+    view: ClusterView, config: LoadBalancerConfig
+) -> tuple[list[_Hot], Callable[[str], bool]]:
+    """Hot bundles (one entry per bundle), and whether a bundle is in some ``lastStats``.
 
-    The hot path of a cycle (a million bundles): one pass over each broker's ``lastStats``
-    reading each bundle's figures once (one pass beats column-by-column passes: the bundle
-    objects are scattered in memory), the limits tested inline, and a set of the bundles seen
-    so far grown per broker in C instead of per bundle. Only bundles over a limit get the full
-    ``split_reason`` and an owner, looked up for them alone. A bundle reported by several
-    brokers is judged on the ``lastStats`` of the first in name order.
+    The hot path of a cycle (a million bundles). A broker whose report digest
+    (``view.digest_of``) shows no bundle over any limit is not walked at all; the others get one
+    pass over their ``lastStats`` reading each bundle's figures once, the limits tested inline
+    (the same tests as ``split_reason``). A bundle reported by several brokers is judged on the
+    ``lastStats`` of the first in name order (``_first_reported``). Only bundles over a limit get
+    the full ``split_reason`` and an owner, looked up for them alone.
     """
     max_topics = config.load_balancer_namespace_bundle_max_topics
     max_sessions = config.load_balancer_namespace_bundle_max_sessions
@@ -131,12 +133,19 @@ def _hot_bundles(view: ClusterView, config: LoadBalancerConfig) -> tuple[list[_H
     max_rate = config.load_balancer_namespace_bundle_max_msg_rate
     max_bytes = config.load_balancer_namespace_bundle_max_bandwidth_mbytes * MBYTES
     get_data = view.bundle_data.get
-    seen: set[str] = set()
-    candidates: list[tuple[str, NamespaceBundleStats, str]] = []
     broker_names = sorted(view.brokers)
-    for broker_name in broker_names:
-        last_stats = view.brokers[broker_name].report.last_stats
-        for bundle, stats in last_stats.items():
+    all_stats = [view.brokers[b].report.last_stats for b in broker_names]
+    raw: list[tuple[str, NamespaceBundleStats, int]] = []
+    for i, broker_name in enumerate(broker_names):
+        digest = digest_of(view, broker_name)
+        if digest is not None and not (
+            digest.max_topics > max_topics
+            or digest.max_sessions > sessions_limit
+            or digest.max_long_term_msg_rate > max_rate
+            or digest.max_long_term_msg_throughput > max_bytes
+        ):
+            continue  # no bundle of this broker is over a limit
+        for bundle, stats in all_stats[i].items():
             topics = stats.topics
             if topics < 2:
                 continue
@@ -146,22 +155,51 @@ def _hot_bundles(view: ClusterView, config: LoadBalancerConfig) -> tuple[list[_H
                 or stats.consumer_count + stats.producer_count > sessions_limit
                 or lt.msg_rate_in + lt.msg_rate_out > max_rate
                 or lt.msg_throughput_in + lt.msg_throughput_out > max_bytes
-            ) and bundle not in seen:  # a bundle an earlier broker reported is judged there
-                candidates.append((bundle, stats, broker_name))
-        seen.update(last_stats)
+            ):
+                raw.append((bundle, stats, i))
+    n_reported = sum(len(s) for s in all_stats)
+
+    def seen(bundle: str) -> bool:
+        return any(bundle in s for s in all_stats)
+
     hot: list[_Hot] = []
+    candidates = _first_reported(raw, all_stats, n_reported)
     if not candidates:
         return hot, seen
-    owner_of = _owner_lookup(view, broker_names, len(candidates), len(seen))
-    for bundle, st, first_broker in sorted(candidates, key=lambda c: c[0]):
+    owner_of = _owner_lookup(view, broker_names, len(candidates), n_reported)
+    for bundle, st, i in sorted(candidates, key=lambda c: c[0]):
         lt = get_data(bundle, _NO_DATA).long_term
         rate = lt.msg_rate_in + lt.msg_rate_out
         thr = lt.msg_throughput_in + lt.msg_throughput_out
         found = split_reason(st, rate, thr, config)
         if found is not None and not is_system_service_bundle(bundle):  # these stay whole
-            owner = owner_of(bundle) or first_broker
+            owner = owner_of(bundle) or broker_names[i]
             hot.append(_Hot(bundle, owner, st, found[0], found[1], rate, thr))
     return hot, seen
+
+
+def _first_reported(
+    raw: list[tuple[str, NamespaceBundleStats, int]],
+    all_stats: list[Mapping[str, NamespaceBundleStats]],
+    n_reported: int,
+) -> list[tuple[str, NamespaceBundleStats, int]]:
+    """The entries of ``raw`` (bundle, stats, index of the broker in name order) whose bundle no
+    earlier broker's ``lastStats`` lists: each bundle is judged where it is first reported.
+
+    A few entries are checked against the earlier brokers one by one; many, against a set of
+    the bundles seen so far grown broker by broker (the same answer either way)."""
+    if len(raw) * max(len(all_stats), 1) <= n_reported:
+        return [c for c in raw if not any(c[0] in s for s in all_stats[: c[2]])]
+    out = []
+    seen: set[str] = set()
+    grown = 0
+    for c in raw:
+        while grown < c[2]:
+            seen.update(all_stats[grown])
+            grown += 1
+        if c[0] not in seen:
+            out.append(c)
+    return out
 
 
 def _owner_lookup(
@@ -251,10 +289,12 @@ def _valid_range(
     return rng, None, ""
 
 
-def _hit_counts(state: SplitState, hot: Sequence[_Hot], seen: set[str]) -> dict[str, int]:
+def _hit_counts(
+    state: SplitState, hot: Sequence[_Hot], seen: Callable[[str], bool]
+) -> dict[str, int]:
     """Consecutive cycles each hot bundle has been hot: a bundle that cooled down, or is no
     longer seen, starts again from zero."""
-    hits = {b: n for b, n in state.hit_counts.items() if b in seen}
+    hits = {b: n for b, n in state.hit_counts.items() if seen(b)}
     hot_names = {h.bundle for h in hot}
     for b in list(hits):
         if b not in hot_names:

@@ -15,11 +15,13 @@ split or merged away.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from loadbalance.bundles import NamespaceBundles
+from loadbalance.bundles import NamespaceBundles, bundle_namespace
 from loadbalance.model import LocalBrokerData
 from loadbalance.time_average import BundleData, TimeAverageBrokerData, history_usage
 
@@ -71,6 +73,9 @@ class ClusterView:
     recently_unloaded: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     preallocated: Mapping[str, Mapping[str, BundleData]] = field(default_factory=lambda: _EMPTY)
     topic_hashes: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: _EMPTY)
+    report_digests: ReportDigests | None = field(default=None, compare=False, repr=False)
+    """Figures worked out when the reports were folded (``build_view`` sets them); read
+    through ``digest_of``, which checks they still describe this view."""
 
     def owner_of(self, bundle: str) -> str | None:
         for name, b in self.brokers.items():
@@ -103,11 +108,68 @@ class BrokerLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class ReportDigest:
+    """What one broker's report brings to a cycle, worked out once, as the report is folded.
+
+    A cycle at a million bundles would otherwise walk every bundle's averages twice (the
+    broker sums below and the split scan), and those objects no longer fit in the caches; when
+    the report is folded the bundles' new averages are at hand. ``time_average``: the broker's
+    ``TimeAverageBrokerData`` (``None`` when the report's ``bundles`` and ``lastStats`` list
+    different bundles: ``build_view`` then sums the ``bundles`` itself). The maxima are over the
+    ``lastStats`` entries the split scan judges (at least two topics): topics, producers plus
+    consumers, and long-term msg rate and throughput (``in + out``, the same additions as the
+    scan), so the scan skips a broker none of whose bundles can be over a limit. ``-1`` and
+    ``-inf`` when no entry qualifies.
+
+    A digest is true while the broker's averages in the state are the ones its fold made:
+    ``LoadState.folded_by`` tracks which report last folded each bundle, and ``ingest_many``
+    and ``forget_bundles`` drop a digest as soon as another report or a removal changes one
+    of its bundles."""
+
+    report: LocalBrokerData
+    time_average: TimeAverageBrokerData | None
+    max_topics: int
+    max_sessions: int
+    max_long_term_msg_rate: float
+    max_long_term_msg_throughput: float
+    namespace_counts: Mapping[str, int]
+    """namespace -> bundles of it in the report's ``bundles`` (placement's
+    ``loadBalancerDistributeBundlesEvenlyEnabled`` filter reads them for every broker)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportDigests:
+    """The digests of a view's brokers, with the bundle averages they were worked out from."""
+
+    bundle_data: Mapping[str, BundleData]
+    by_broker: Mapping[str, ReportDigest]
+
+
+def digest_of(view: ClusterView, broker: str) -> ReportDigest | None:
+    """The broker's ``ReportDigest`` if it describes this view's report and bundle averages."""
+    digests = view.report_digests
+    if digests is None or digests.bundle_data is not view.bundle_data:
+        return None
+    found = digests.by_broker.get(broker)
+    b = view.brokers.get(broker)
+    if found is None or b is None or found.report is not b.report:
+        return None
+    return found
+
+
+@dataclass(frozen=True, slots=True)
 class LoadState:
-    """Cross-report state of the aggregation (per broker and per bundle)."""
+    """Cross-report state of the aggregation (per broker and per bundle).
+
+    ``digests`` and ``folded_by`` are derived (see ``ReportDigest``): a state made without
+    them is summed the long way by ``build_view``."""
 
     brokers: Mapping[str, BrokerLoad] = field(default_factory=lambda: _EMPTY)
     bundles: Mapping[str, BundleData] = field(default_factory=lambda: _EMPTY)
+    digests: Mapping[str, ReportDigest] = field(
+        default_factory=lambda: _EMPTY, compare=False, repr=False
+    )
+    folded_by: Mapping[str, str] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
 
 def ingest(
@@ -139,33 +201,94 @@ def ingest_many(
     """``ingest`` for a batch of reports, in order, copying the maps once (same result)."""
     brokers = dict(state.brokers)
     bundles = dict(state.bundles)
+    digests = dict(state.digests)
+    folded_by = dict(state.folded_by)
+    default = BundleData.new()
     for report in reports:
-        prev = brokers.get(report.broker)
+        broker = report.broker
+        prev = brokers.get(broker)
         usage = history_usage(
             prev.history_usage if prev else None, weights.weighted_max(report), history_percentage
         )
         thr = history_usage(
             prev.msg_throughput_ema if prev else None, report.msg_throughput, history_percentage
         )
-        brokers[report.broker] = BrokerLoad(report, usage, thr, received_at_ms)
+        brokers[broker] = BrokerLoad(report, usage, thr, received_at_ms)
+        fresh: list[BundleData] = []
         for name, stats in report.last_stats.items():
             data = bundles.get(name)
-            bundles[name] = (data if data is not None else BundleData.new()).update(stats)
-    return LoadState(MappingProxyType(brokers), MappingProxyType(bundles))
+            data = bundles[name] = (data if data is not None else default).update(stats)
+            fresh.append(data)
+            before = folded_by.get(name)
+            if before != broker:
+                folded_by[name] = broker
+                other = digests.get(before) if before is not None else None
+                if other is not None and name in other.report.last_stats:
+                    # that broker's digest counted this bundle's previous averages
+                    del digests[before]
+        digests[broker] = _digest(report, fresh)
+    return LoadState(
+        MappingProxyType(brokers),
+        MappingProxyType(bundles),
+        MappingProxyType(digests),
+        MappingProxyType(folded_by),
+    )
+
+
+def _digest(report: LocalBrokerData, fresh: list[BundleData]) -> ReportDigest:
+    """The report's ``ReportDigest``; ``fresh``: its ``lastStats`` bundles' new averages, in
+    that order."""
+    stats, bundles = report.last_stats, report.bundles
+    ta = None
+    if len(stats) == len(bundles) and stats.keys() == bundles:
+        ta = TimeAverageBrokerData.of(fresh)
+    max_topics = max_sessions = -1
+    max_rate = max_thr = -math.inf
+    for st, data in zip(stats.values(), fresh):
+        topics = st.topics
+        if topics < 2:
+            continue
+        sessions = st.consumer_count + st.producer_count
+        lt = data.long_term
+        rate = lt.msg_rate_in + lt.msg_rate_out
+        thr = lt.msg_throughput_in + lt.msg_throughput_out
+        # '>' as the scan's tests: a NaN is never a maximum, as it is never over a limit
+        if topics > max_topics:
+            max_topics = topics
+        if sessions > max_sessions:
+            max_sessions = sessions
+        if rate > max_rate:
+            max_rate = rate
+        if thr > max_thr:
+            max_thr = thr
+    ns_counts = MappingProxyType(Counter(map(bundle_namespace, bundles)))
+    return ReportDigest(report, ta, max_topics, max_sessions, max_rate, max_thr, ns_counts)
 
 
 def forget_brokers(state: LoadState, brokers: Iterable[str]) -> LoadState:
     """Drop brokers that stopped reporting (their bundles' data is kept)."""
     gone = set(brokers)
     kept = {k: v for k, v in state.brokers.items() if k not in gone}
-    return replace(state, brokers=MappingProxyType(kept))
+    digests = {k: v for k, v in state.digests.items() if k not in gone}
+    return replace(state, brokers=MappingProxyType(kept), digests=MappingProxyType(digests))
 
 
 def forget_bundles(state: LoadState, bundles: Iterable[str]) -> LoadState:
     """Drop the data of bundles that were split or merged away."""
     gone = set(bundles)
     kept = {k: v for k, v in state.bundles.items() if k not in gone}
-    return replace(state, bundles=MappingProxyType(kept))
+    digests = dict(state.digests)
+    folded_by = dict(state.folded_by)
+    for b in gone:
+        broker = folded_by.pop(b, None)
+        if broker is not None:
+            digests.pop(broker, None)  # its sums counted the averages dropped here
+    return replace(
+        state,
+        bundles=MappingProxyType(kept),
+        digests=MappingProxyType(digests),
+        folded_by=MappingProxyType(folded_by),
+    )
 
 
 def build_view(
@@ -182,12 +305,21 @@ def build_view(
     ``time_averages``: brokers' ``TimeAverageBrokerData`` already summed by a caller that holds
     the bundles' averages as arrays (the streaming job sums 100,000 bundles that way in tens of
     milliseconds, with the same correctly rounded ``math.fsum``, so to the same bits); brokers
-    it lacks are summed here."""
+    it lacks take the sums their report's digest made when it was folded (``ReportDigest``), or
+    are summed here."""
     brokers: dict[str, BrokerView] = {}
     default = BundleData.new()
     given = time_averages or {}
+    digests: dict[str, ReportDigest] = {}
     for name, load in state.brokers.items():
+        digest = state.digests.get(name)
+        if digest is not None and digest.report is load.report:
+            digests[name] = digest
+        else:
+            digest = None
         ta = given.get(name)
+        if ta is None and digest is not None:
+            ta = digest.time_average
         if ta is None:
             get = state.bundles.get
             ta = TimeAverageBrokerData.of(get(b, default) for b in _summing_order(load.report))
@@ -201,6 +333,7 @@ def build_view(
         recently_unloaded=MappingProxyType(dict(recently_unloaded or {})),
         preallocated=_preallocations(preallocated),
         topic_hashes=MappingProxyType(dict(topic_hashes or {})),
+        report_digests=ReportDigests(state.bundles, MappingProxyType(digests)),
     )
 
 
