@@ -57,21 +57,22 @@ def test_stages_split_the_pipeline_and_add_up_to_it():
     s = bench.stages(t)
     assert s == {
         "report_to_stage": 300.0,
-        "stage_to_commit": 800.0,
-        "commit_to_decision": 300.0,
+        "stage_to_decision": 1_100.0,
         "decision_to_applied": 300.0,
         "applied_to_visible": 20.0,
     }
     assert sum(s.values()) == t.pipeline_ms == 1_720.0
     assert t.policy_rounds == 2
     assert t.reaction_ms == 5_720.0
+    assert bench.commit_to_decision_ms(t) == 300.0
 
 
 def test_a_stage_with_an_unseen_end_is_unknown_not_zero():
-    t = _trial(decide_pub_ms=5_000.0, commit_ms=6_100.0, visible_ms=6_720.0)
+    t = _trial(decide_pub_ms=5_000.0, decision_ms=6_400.0, visible_ms=6_720.0)
     s = bench.stages(t)
-    assert s["report_to_stage"] is None and s["stage_to_commit"] is None
-    assert s["applied_to_visible"] is None
+    assert s["report_to_stage"] is None and s["stage_to_decision"] is None
+    assert s["decision_to_applied"] is None and s["applied_to_visible"] is None
+    assert bench.commit_to_decision_ms(t) is None
     assert t.pipeline_ms == 1_720.0
 
 
