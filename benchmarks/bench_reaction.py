@@ -28,9 +28,12 @@ the wall clock and the simulated brokers renew them every round.
 
 **A trial.** A target broker (rotating) gets ``--hot-bundles`` of its bundles hot: every topic
 in them runs at a factor chosen so the broker's weighted usage reaches ``--hot-pct`` (above the
-85 % overload threshold) from the next round on. That round's publish wall time is noted; the
-observer polls until one of the target's bundles is no longer owned by it. Then the traffic goes
-back to normal and the cluster settles (no owner change for 3 rounds) before the next trial.
+85 % overload threshold) from the next round on (hot bundles out of the grace period first; a
+bundle in it cannot move, so the broker must shed another). That round's publish wall time is
+noted; the observer polls until one of the target's bundles is no longer owned by it, by a
+decision made at or after the hot round (a move decided before it and still in flight is counted
+and ignored). Then the traffic goes back to normal and the cluster settles (no owner change for
+``--quiet-rounds`` rounds, default 2) before the next trial.
 Figures per trial:
 
 * **policy wait**, in rounds: from the first hot report to the round whose batch decided (the
@@ -63,7 +66,11 @@ waiting for a core.
     .venv/bin/python benchmarks/bench_reaction.py [--pair ours] [--trials 20]
     .venv/bin/python benchmarks/bench_reaction.py --pair extensible --trials 6
 
-Prints the per-trial rows, a JSON summary and a Markdown table for docs/benchmarks.md.
+Prints the per-trial rows, a JSON summary and a Markdown table for docs/benchmarks.md;
+``--json FILE`` keeps every observation, and ``--from-json FILE`` prints a kept run's figures
+again without running anything. The default run is Spark's start, 5 warm-up rounds and 20
+trials of about 5 rounds each: 7 minutes at a load average of 12 (2.3 s a round); rounds take
+at least ``--round-s``, so a quiet machine should need about half that.
 """
 
 from __future__ import annotations
