@@ -593,14 +593,48 @@ def knob_sets(args: argparse.Namespace) -> list[str]:
     return [f"{k}={v}" for k, v in knobs.items()] + list(args.set or [])
 
 
-def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
-    import redis
-
-    from infra.config_loading import load_from_args
+def start_processes(args: argparse.Namespace, config: Any, sets: list[str], sup: Any) -> tuple:
+    """Embedded Kafka and Redis, the topics, then ``lbctl stream`` and ``lbctl control`` as
+    ``lbctl run`` starts them; (bootstrap servers, Redis URL)."""
     from infra.embedded import EmbeddedKafka, EmbeddedRedis
     from infra.topics import ensure_topics
     from lbctl.run_cmd import SPARK_ENV
-    from lbctl.supervisor import Supervisor, lbctl_argv
+    from lbctl.supervisor import lbctl_argv
+
+    kafka = EmbeddedKafka(sup.run_dir / "services")
+    kafka.start()
+    sup.add_service("kafka", kafka)
+    redis_server = EmbeddedRedis(sup.run_dir / "services")
+    redis_server.start()
+    sup.add_service("redis", redis_server)
+    bs, url = kafka.bootstrap_servers, redis_server.url
+    topics = (
+        config.load_reports_topic,
+        config.decisions_topic,
+        config.dead_letters_topic,
+        config.ownership_events_topic,
+    )
+    ensure_topics(bs, dict.fromkeys(topics, config.topic_partitions))
+    common = [a for s in sets for a in ("--set", s)]
+    where = ["--bootstrap-servers", bs, "--redis-url", url]
+    checkpoint = ["--checkpoint", str(sup.run_dir / "checkpoint")]
+    trigger = ["--trigger-seconds", str(args.trigger_seconds)]
+    sup.start(
+        "stream",
+        lbctl_argv("stream", *where, *checkpoint, *trigger, *common),
+        env_defaults=SPARK_ENV,
+    )
+    group = ["--group", f"{config.redis_key_prefix}-controller"]
+    sup.start("control", lbctl_argv("control", *where, *group, *common))
+    return bs, url
+
+
+def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
+    """One run: the processes, the cluster, the trials; everything stopped at the end."""
+    import redis
+
+    from infra.config_loading import load_from_args
+    from lbctl.supervisor import Supervisor
     from metadata_store.ownership_redis import RedisStore
     from producers.live_sim import LiveSim, TimestampedReportPublisher
     from producers.scenarios import parse_scenario
@@ -617,41 +651,7 @@ def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
     started = time.monotonic()
     threads: list[Any] = []
     try:
-        kafka = EmbeddedKafka(run_dir / "services")
-        kafka.start()
-        sup.add_service("kafka", kafka)
-        redis_server = EmbeddedRedis(run_dir / "services")
-        redis_server.start()
-        sup.add_service("redis", redis_server)
-        bs, url = kafka.bootstrap_servers, redis_server.url
-        topics = (
-            config.load_reports_topic,
-            config.decisions_topic,
-            config.dead_letters_topic,
-            config.ownership_events_topic,
-        )
-        ensure_topics(bs, dict.fromkeys(topics, config.topic_partitions))
-        common = [a for s in sets for a in ("--set", s)]
-        where = ["--bootstrap-servers", bs, "--redis-url", url]
-        sup.start(
-            "stream",
-            lbctl_argv(
-                "stream",
-                *where,
-                "--checkpoint",
-                str(run_dir / "checkpoint"),
-                "--trigger-seconds",
-                str(args.trigger_seconds),
-                *common,
-            ),
-            env_defaults=SPARK_ENV,
-        )
-        sup.start(
-            "control",
-            lbctl_argv(
-                "control", *where, "--group", f"{config.redis_key_prefix}-controller", *common
-            ),
-        )
+        bs, url = start_processes(args, config, sets, sup)
         store = RedisStore.from_url(url, prefix=config.redis_key_prefix)
         publisher = TimestampedReportPublisher(bs, config.load_reports_topic)
         sim = LiveSim(scenario, config, store, publisher, seed=args.seed)
@@ -664,10 +664,9 @@ def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
         bench.start_up()
         say(f"cluster settled after {bench.cycle} rounds, {time.monotonic() - started:.0f} s")
         for i in range(args.trials):
-            t = bench.trial(i)
-            trials.append(t)
+            trials.append(bench.trial(i))
             settle = bench.settle(min_rounds=args.quiet_rounds)
-            say(row_line(t) + f"  settled in {settle} rounds")
+            say(row_line(trials[-1]) + f"  settled in {settle} rounds")
         rounds, seconds = bench.cycle, time.monotonic() - started
         client = redis.Redis.from_url(url)
         applied = applied_times(client, config.redis_key_prefix)
@@ -679,12 +678,7 @@ def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
         for th in threads:
             th.join(timeout=5)
         sup.stop_all()
-    batches = parse_batch_lines((run_dir / "stream.log").read_text(errors="replace").splitlines())
-    for t in trials:
-        if t.decision_id is not None:
-            t.applied_ms = applied.get(t.decision_id)
-            span = batches.get(t.batch) if t.batch is not None else None
-            t.stage_start_ms = span[0] if span else None
+    add_stage_times(trials, applied, run_dir / "stream.log")
     info = {
         "runDir": str(run_dir),
         "rounds": rounds,
@@ -693,6 +687,17 @@ def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
         "knobs": sets,
     }
     return trials, info
+
+
+def add_stage_times(trials: Sequence[Trial], applied: Mapping[str, float], log: Path) -> None:
+    """Fill in what is read after the run: each decision's applied time (outcome stream) and
+    its batch's decision-stage start (the stream's log)."""
+    batches = parse_batch_lines(log.read_text(errors="replace").splitlines())
+    for t in trials:
+        if t.decision_id is not None:
+            t.applied_ms = applied.get(t.decision_id)
+            span = batches.get(t.batch) if t.batch is not None else None
+            t.stage_start_ms = span[0] if span else None
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -770,7 +775,7 @@ decision left {commit} ms (p50 / p99) after the batch's view commit as the polle
 """
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pair", default="ours", help="strategy pair (producers.scoreboard.PAIRS)")
     ap.add_argument("--trials", type=int, default=20)
@@ -802,23 +807,29 @@ def main() -> int:
         metavar="FILE",
         help="run nothing: print the figures of a run saved with --json (its options given again)",
     )
-    args = ap.parse_args()
+    return ap
+
+
+def load_run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any], list[str]]:
+    """The trials, run facts and load average of a run kept with ``--json``."""
+    saved = json.loads(Path(args.from_json).read_text())
+    names = {f.name for f in dataclasses.fields(Trial)}
+    trials = [Trial(**{k: v for k, v in row.items() if k in names}) for row in saved["perTrial"]]
+    for t in trials:
+        t.hot_bundles = tuple(t.hot_bundles)
+    info = {k: saved[k] for k in ("runDir", "rounds", "seconds", "roundWallS", "knobs")}
+    given = [a for a in sys.argv[1:] if a not in (args.from_json, "--from-json")]
+    info["argv"] = saved.get("argv") or given
+    return trials, info, saved["loadavgBefore"]
+
+
+def main() -> int:
+    args = parser().parse_args()
     import logging
 
     logging.basicConfig(level=logging.WARNING)
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        names = {f.name for f in dataclasses.fields(Trial)}
-        trials = [
-            Trial(**{k: v for k, v in row.items() if k in names}) for row in saved["perTrial"]
-        ]
-        for t in trials:
-            t.hot_bundles = tuple(t.hot_bundles)
-        loadavg = saved["loadavgBefore"]
-        info = {k: saved[k] for k in ("runDir", "rounds", "seconds", "roundWallS", "knobs")}
-        info["argv"] = saved.get("argv") or [
-            a for a in sys.argv[1:] if a != args.from_json and a != "--from-json"
-        ]
+        trials, info, loadavg = load_run(args)
     else:
         loadavg = Path("/proc/loadavg").read_text().split()[:3]
         trials, info = run(args)
