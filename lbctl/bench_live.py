@@ -58,7 +58,7 @@ from metadata_store.outcomes import OutcomeLog
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
 from producers import scoreboard
-from producers.fast_sim import LEASES_EXPIRE, event_schedule, lease_cycles
+from producers.fast_sim import LEASES_EXPIRE, SimRun, event_schedule, lease_cycles, simulate
 from producers.live_score import LiveRunRecorder
 from producers.live_sim import LiveSim, TimestampedReportPublisher
 from producers.scenarios import Scenario, load_scenario
@@ -103,6 +103,7 @@ class LiveResult:
     decisions: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     mode: str = "lockstep"
+    traces: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def within_targets(self) -> bool:
@@ -384,7 +385,10 @@ def run_live_scoreboard(
         recorder, walls, wall_s = play_live(name, pair_key, run_dir, opts, say)
         tick_s = scenario.tick_ms / 1000.0
         live = scoreboard.score_run(recorder.run, pair, scenario.kinds, tick_seconds=tick_s)
-        fast = scoreboard.run_one(name, pair_key, opts.seed, opts.cycles)
+        fast_run = simulate(
+            scenario, pair.overrides, seed=opts.seed, cycles=opts.cycles, keep_reports=True
+        )
+        fast = scoreboard.score_run(fast_run, pair, scenario.kinds, tick_seconds=tick_s)
         result = LiveResult(
             scenario.name,
             live,
@@ -394,6 +398,7 @@ def run_live_scoreboard(
             recorder.decisions,
             dict(recorder.run.outcomes),
             "lockstep" if opts.cycle_seconds is None else f"paced {opts.cycle_seconds:g} s",
+            {"live": trace(recorder.run), "fast": trace(fast_run)},
         )
         say(f"{scenario.name}: {row_text(result)}")
         results.append(result)
@@ -401,6 +406,17 @@ def run_live_scoreboard(
 
 
 # -- output -------------------------------------------------------------------------------------
+
+
+def trace(run: SimRun) -> dict[str, Any]:
+    """What a run did cycle by cycle, for finding where live and fast part: max/mean usage
+    per cycle and every move (cycle, bundle, from, to, kind)."""
+    return {
+        "maxOverMean": [round(scoreboard._ratio(u), 3) for u in run.usage],
+        "moves": [[m.cycle, m.bundle, m.source, m.destination, str(m.kind)] for m in run.moves],
+        "eventCycles": list(run.event_cycles),
+    }
+
 
 HEADER = (
     "scenario",

@@ -169,3 +169,24 @@ def test_targets_need_live_within_five_cycles_and_end_ratio_within_five_hundredt
     assert bench_live.cycles_within(8, 3) and not bench_live.cycles_within(9, 3)
     assert bench_live.cycles_within(None, None) and bench_live.cycles_within(40, None)
     assert not bench_live.cycles_within(None, 3)
+
+
+def test_the_side_by_side_outputs_carry_both_rows_the_verdict_and_the_traces(tmp_path) -> None:
+    rec = _recorder("steady")
+    for c in range(6):
+        rec.cycle(_cycle(c, {"a": "b1", "b": "b2"}))
+    rec.applied(2, [_entry("transfer", "a", "applied", "b1", "b2")])
+    pair = scoreboard.PAIRS["ours"]
+    live = scoreboard.score_run(rec.run, pair, set())
+    fast = scoreboard.score_run(_recorder("steady").run, pair, set())
+    result = bench_live.LiveResult(
+        "steady", live, fast, 1.0, [0.5, 1.5], 1, {"applied": 1}, "lockstep",
+        {"live": bench_live.trace(rec.run)},
+    )  # fmt: skip
+    md, js = bench_live.write_outputs([result], tmp_path, {"seed": 0})
+    assert "| steady | lockstep |" in md.read_text()
+    doc = json.loads(js.read_text())
+    row = doc["results"][0]
+    assert row["live"]["moves"] == 1 and row["fast"]["moves"] == 0
+    assert row["traces"]["live"]["moves"] == [[2, "a", "b1", "b2", "transfer"]]
+    assert row["withinTargets"] is False  # end max/mean 1.0 live against 0.0 for the empty fast run
