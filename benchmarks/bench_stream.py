@@ -45,8 +45,9 @@ from loadbalance.bundles import NamespaceBundles
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.report_codec import encode_report
+from streaming import stage_timing
 from streaming.decide import BatchStats
-from streaming.job import StreamSettings, spark_session, start_query
+from streaming.job import StreamSettings, records_read, spark_session, start_query
 from streaming.shard_state import ShardState, shard_of
 
 VARIANTS = 3  # pre-encoded reports per broker, rotated, so averages move without re-encoding
@@ -159,14 +160,112 @@ def print_live_breakdown(live: list[BatchStats], progress: list[dict]) -> None:
         for op in p.get("stateOperators", []):
             for k in ("commitTimeMs", "allUpdatesTimeMs", "allRemovalsTimeMs"):
                 parts["state." + k] = parts.get("state." + k, 0.0) + op.get(k, 0) / len(progress)
-    rows = statistics.mean(p["numInputRows"] for p in progress)
+    rows = statistics.mean(reports_of(p) for p in progress)
     print("live batches (reports, total ms, decision stage ms, decisions):",
-          [(p["numInputRows"], p["durationMs"]["triggerExecution"]) for p in progress],
+          [(reports_of(p), p["durationMs"]["triggerExecution"]) for p in progress],
           [(round(s.duration_ms - s.collect_ms), s.decisions) for s in live])  # fmt: skip
     print(f"live: {len(live)} batches, {rows:.1f} reports per batch; mean ms per batch:",
           {k: round(v) for k, v in sorted(parts.items())},
           f"of which Spark plan {statistics.mean(s.collect_ms for s in live):.0f}, decision "
           f"stage {statistics.mean(s.duration_ms - s.collect_ms for s in live):.0f}")  # fmt: skip
+
+
+def print_breakdown(
+    label: str,
+    progress: list[dict],
+    stats: list[BatchStats],
+    stages: stage_timing.Sums,
+) -> dict[str, float]:
+    """Mean ms per batch: Spark's phases, the state operator, the executor stages (summed over
+    parallel tasks) and the decision stage's steps; printed, and returned for the figures."""
+    n = max(1, len(progress))
+    out: dict[str, float] = {}
+    for p in progress:
+        for k, v in p["durationMs"].items():
+            out["spark." + k] = out.get("spark." + k, 0.0) + v / n
+        for op in p.get("stateOperators", []):
+            for k in ("commitTimeMs", "allUpdatesTimeMs", "allRemovalsTimeMs"):
+                out["stateop." + k] = out.get("stateop." + k, 0.0) + op.get(k, 0) / n
+    for stage, (wall, cpu, _items, _lines) in sorted(stages.items()):
+        out[f"tasks.{stage} (wall)"] = wall / n
+        out[f"tasks.{stage} (cpu)"] = cpu / n
+    if stats:
+        out["driver.collect(spark plan)"] = statistics.mean(s.collect_ms for s in stats)
+        for k in sorted({k for s in stats for k in getattr(s, "phases", {})}):
+            out["driver." + k] = sum(getattr(s, "phases", {}).get(k, 0.0) for s in stats) / len(
+                stats
+            )
+        out["driver.total"] = statistics.mean(s.duration_ms for s in stats)
+    rows = statistics.mean(reports_of(p) for p in progress) if progress else 0
+    print(f"{label}: {len(progress)} batches, {rows:.1f} reports per batch; mean ms per batch:")
+    for k, v in out.items():
+        print(f"  {k:42s} {v:9.1f}")
+    return out
+
+
+def process_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process and everything it started, by kind of process
+    (Spark's JVM, its Python workers, Tansu, Redis, this driver), ended children included."""
+    import psutil
+
+    me = psutil.Process()
+    out: dict[str, float] = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            cmd = " ".join(p.cmdline()[:3])
+        except psutil.Error:
+            continue
+        kind = ("driver (python)" if p.pid == me.pid else "spark jvm" if "java" in cmd
+                else "python workers" if "pyspark" in cmd or "python" in cmd
+                else "tansu" if "tansu" in cmd.lower() else "redis" if "redis" in cmd
+                else p.name())  # fmt: skip
+        out[kind] = out.get(kind, 0.0) + t.user + t.system
+        if p.pid != me.pid:  # children this one waited for (ended Python workers)
+            out[kind] += t.children_user + t.children_system
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 1) for k in sorted(after)}
+
+
+def python_workers() -> set[int]:
+    """Process ids of Spark's Python workers now running under this process."""
+    import psutil
+
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "pyspark" in " ".join(p.cmdline()[:4]):
+                out.add(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def jcmd(*command: str) -> bool:
+    """Run ``jcmd <Spark's JVM> command...``; whether it ran."""
+    import subprocess
+
+    import psutil
+
+    for p in psutil.Process().children(recursive=True):
+        if "java" in " ".join(p.cmdline()[:1]):
+            subprocess.run(["jcmd", str(p.pid), *command], check=False, capture_output=True)
+            return True
+    return False
+
+
+def reports_of(p: dict) -> int:
+    """Reports (Kafka records) a batch read: from its offsets, else its input rows (the Python
+    source's rows are parse rows, several per report)."""
+    n = records_read(p.get("sources"), unknown_start=0)  # the bench's topic starts at 0
+    return p["numInputRows"] if n is None else n
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -187,6 +286,11 @@ def main() -> int:
     ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
     ap.add_argument("--source", default="auto", choices=("auto", "kafka", "python"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jfr", metavar="FILE", default=None,
+                    help="record a Java Flight Recording of Spark's JVM over the backlog "
+                         "batches after the first (jcmd)")  # fmt: skip
+    ap.add_argument("--backlog-only", action="store_true",
+                    help="stop after the backlog phase (no live phase)")  # fmt: skip
     ap.add_argument("--settle-seconds", type=float, default=30.0,
                     help="latency is also reported for reports sent after this much of the live "
                          "phase, when the backlog's effects are over")  # fmt: skip
@@ -228,6 +332,8 @@ def main() -> int:
             with lock:
                 batches.append((s, time.time()))
 
+        timings = str(work / "stage-timings.txt")
+        os.environ[stage_timing.ENV] = timings  # inherited by Spark's Python workers
         spark = spark_session("local[2]", 2)
         spark.sparkContext.setLogLevel("ERROR")
         settings = StreamSettings(
@@ -240,23 +346,37 @@ def main() -> int:
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             background_cycles=args.background_cycles,
         )
+        cpu_before = process_cpu()
         query = start_query(spark, settings, config, on_batch=on_batch)
         last_ts = t0_ms + (args.rounds - 1) * step_ms + args.brokers - 1
         deadline = time.time() + 1800
+        jfr_started = False
+        cpu_first: dict[str, float] | None = None  # CPU when the first batch was done
+        workers: set[int] = set()  # Python worker processes seen (a new one costs imports)
         while time.time() < deadline:
+            workers |= python_workers()
             with lock:
                 if any(s.max_event_ms >= last_ts for s, _ in batches):
                     break
+                if batches and cpu_first is None:
+                    cpu_first = process_cpu()
+                if args.jfr and batches and not jfr_started:
+                    jfr_started = jcmd("JFR.start", "name=bench", f"filename={args.jfr}")
             if query.exception() is not None:
                 raise RuntimeError(query.exception())
             time.sleep(0.5)
         # the batch callback runs before Spark posts the batch's progress: wait for it
-        settle = time.time() + 30
-        while time.time() < settle and not any(p["numInputRows"] > 0 for p in query.recentProgress):
+        settle = time.time() + 60
+        while (
+            time.time() < settle
+            and sum(reports_of(p) for p in query.recentProgress if p["numInputRows"] > 0)
+            < backlog_records
+        ):
             time.sleep(0.2)
         progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
         steady = progress[1:] or progress
-        rows = sum(p["numInputRows"] for p in steady)
+        print("first batch's sources:", progress[0].get("sources") if progress else None)
+        rows = sum(reports_of(p) for p in steady)
         secs = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
         job_rps = rows / secs if secs else float("nan")
         parts: dict[str, float] = {}
@@ -265,15 +385,43 @@ def main() -> int:
                 parts[k] = parts.get(k, 0.0) + v / len(steady)
         with lock:
             done = [s for s, _ in batches[1:]] or [s for s, _ in batches]
+            every = [s for s, _ in batches if not s.skipped]
         spark_ms = statistics.mean(s.collect_ms for s in done)
         driver_ms = statistics.mean(s.duration_ms - s.collect_ms for s in done)
-        print("mean ms per batch:", {k: round(v) for k, v in sorted(parts.items())},
-              f"of which Spark plan {spark_ms:.0f}, decision stage {driver_ms:.0f}")  # fmt: skip
+        if jfr_started:
+            jcmd("JFR.stop", "name=bench")
+        print(f"Python worker processes seen during the backlog: {len(workers)}")
+        stages, timing_pos = stage_timing.read(timings)
+        cpu_backlog = cpu_delta(cpu_before, process_cpu())
+        print("CPU seconds during the backlog, by process:", cpu_backlog,
+              f"total {sum(cpu_backlog.values()):.1f}")  # fmt: skip
+        if cpu_first is not None and len(progress) > 1:
+            cpu_steady = cpu_delta(cpu_first, process_cpu())
+            n_steady = sum(reports_of(p) for p in progress[1:])
+            total = sum(cpu_steady.values())
+            print(f"CPU after the first batch: {total:.1f} s for {n_steady} reports = "
+                  f"{total / n_steady * 1000:.1f} ms per report;",
+                  {k: round(v / n_steady * 1000, 1) for k, v in cpu_steady.items()},
+                  f"ms per report; at 2 cores this bounds throughput to "
+                  f"{2 * n_steady / total * args.bundles:,.0f} bundle samples/s")  # fmt: skip
+        sizes = [(reports_of(p), p["durationMs"]["triggerExecution"]) for p in progress]
+        print("backlog batches (reports, total ms):", sizes)
+        print_breakdown("backlog, every batch", progress, every, stages)
+        wall = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+        all_rows = sum(reports_of(p) for p in progress)
         print(f"job (backlog): {job_rps:.1f} reports/s = {job_rps * args.bundles:,.0f} "
-              f"bundle samples/s over {len(steady)} batches")  # fmt: skip
+              f"bundle samples/s over {len(steady)} batches after the first; "
+              f"{all_rows / wall * args.bundles:,.0f} over all {len(progress)} "
+              f"({wall:.1f} s)")  # fmt: skip
+        print(f"job / plain consumer: {job_rps / baseline_rps:.3f}; load average {loadavg()}")
+        if args.backlog_only:
+            query.stop()
+            spark.stop()
+            return 0
 
         sent: list[int] = []
         seen_before = len(batches)
+        cpu_before = process_cpu()
         live_phase(bs, config.load_reports_topic, reports, args.live_seconds,
                    args.report_interval_s, sent)  # fmt: skip
         time.sleep(3 * max(args.trigger_seconds, 1.0) + 5)
@@ -291,6 +439,11 @@ def main() -> int:
         live_progress = [p for p in query.recentProgress
                          if p["batchId"] > (steady[-1]["batchId"] if steady else -1)]  # fmt: skip
         print_live_breakdown(live_batches, live_progress)
+        print(
+            "CPU seconds during the live phase, by process:", cpu_delta(cpu_before, process_cpu())
+        )
+        stages, timing_pos = stage_timing.read(timings, timing_pos)
+        print_breakdown("live", live_progress, live_batches, stages)
         state = query.lastProgress["stateOperators"][0] if query.lastProgress else {}
         sst = state.get("customMetrics", {}).get("rocksdbSstFileSize", 0)
         rows_total = state.get("numRowsTotal", 0)

@@ -232,6 +232,19 @@ def wait_for_background_cycles(timeout_s: float | None = None) -> bool:
     return True
 
 
+class _Phases:
+    """Milliseconds since the previous mark, per named step of a batch."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.ms[name] = self.ms.get(name, 0.0) + (now - self._last) * 1000
+        self._last = now
+
+
 @dataclass(frozen=True, slots=True)
 class BatchStats:
     """What one batch did; handed to ``on_batch`` (the benchmark listens there)."""
@@ -246,6 +259,8 @@ class BatchStats:
     skipped: bool = False
     decision_ids: tuple[str, ...] = ()
     collect_ms: float = 0.0  # of duration_ms: running the Spark plan (source, parse, state)
+    # of duration_ms: the decision stage's steps (ms), for finding where a batch's time goes
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -318,25 +333,31 @@ class DecisionStage:
         progress = self._progress
         # A producer per batch, created here on the driver: nothing outlives the batch, so a
         # stopped query leaves no client behind (and none is ever shipped to an executor).
+        phases = _Phases()
         sink = KafkaSink(self.bootstrap_servers, self.client_config)
         dead = pdf[pdf["kind"] == DEAD]
         for payload in dead["payload"].tolist():
             sink.send(self.config.dead_letters_topic, None, bytes(payload))
         max_event_ms = int(pdf["event_ms"].max()) if len(pdf) else 0
         now_ms = max(progress.now_ms, max_event_ms)
+        phases.mark("dead_letters")
         self._view.apply(pdf)
+        phases.mark("view_apply")
         due = bool(len(pdf)) and policies_due(progress.cycle_state, self.config, now_ms)
         if due and self._progress_store.pending_namespaces(batch_id) is None:
             # recorded before the commit: the cycle (and any replay of it) reads these
             self._progress_store.set_pending(batch_id, self._progress_store.read_namespaces())
         sink.flush()
+        phases.mark("pending_and_flush")
         new = Progress(batch_id, now_ms, progress.cycle_state, cycle_pending=due)
         self._progress_store.commit(new, *self._view.take_changes())
         self._progress = new
+        phases.mark("redis_commit")
         # Counted once the batch is committed: a batch that fails before is replayed, and its
         # decisions would be counted twice.
         assert self._metrics is not None
         self._safely(self._metrics.brokers, pdf)
+        phases.mark("metrics")
         stats = BatchStats(
             batch_id,
             len(pdf),
@@ -346,6 +367,7 @@ class DecisionStage:
             now_ms,
             max_event_ms,
             collect_ms=collect_ms,
+            phases=phases.ms,
         )
         self._cycle_or_warm(progress, new, stats, started, due)
 
@@ -406,8 +428,10 @@ class DecisionStage:
         namespaces = self._progress_store.pending_namespaces(progress.batch)
         if namespaces is None:  # no Redis (MemoryProgress keeps no pending record)
             namespaces = self._progress_store.read_namespaces()
+        cycle_started = time.monotonic()
         with gc_paused():
             view = self._view.cluster_view(namespaces)
+            view_ms = (time.monotonic() - cycle_started) * 1000
             cycle_state, result = step(
                 progress.cycle_state,
                 view,
@@ -427,8 +451,13 @@ class DecisionStage:
         self._safely(self._metrics.decisions, result.decisions, result)
         if batch is not None:
             stats, started = batch
+            phases = dict(stats.phases)
+            phases["cycle_view"] = view_ms
+            cycle_ms = (time.monotonic() - cycle_started) * 1000
+            phases["cycle_step_publish_commit"] = cycle_ms - view_ms
             stats = replace(
                 stats,
+                phases=phases,
                 decisions=len(result.decisions),
                 decision_ids=tuple(d.id for d in result.decisions),
             )

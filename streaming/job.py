@@ -1,6 +1,7 @@
 """The streaming job: load reports in, stateful averages, decisions out (one Spark query).
 
-    source (Kafka: built-in or Python data source) -> parse (mapInPandas; dead letters as rows)
+    source (Kafka: built-in or Python data source) -> parse (mapInPandas; dead letters as rows;
+      the Python source parses in its own reading task instead)
       -> groupBy(key).transformWithStateInPandas(LoadStateProcessor)  [RocksDB state]
       -> foreachBatch(DecisionStage)  -> Kafka [decisions, dead letters] + Redis [view, progress]
 
@@ -14,6 +15,7 @@ Run it with ``lbctl stream ...``, ``python -m streaming.submit ...`` or
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -31,7 +33,7 @@ from streaming.checkpoint_settings import DEFAULT_SHARDS, check_shards
 from streaming.decide import BatchStats, DecisionStage
 from streaming.parse import ParseSettings, parse_batches
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, ddl
-from streaming.source import read_kafka_stream
+from streaming.source import read_kafka_stream, resolve_source
 from streaming.state import LoadStateProcessor
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -92,28 +94,33 @@ def spark_session(master: str | None = "local[2]", shuffle_partitions: int = 2) 
 
 def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfig) -> Any:
     """The state step's output as a streaming DataFrame (before the decision stage)."""
+    parse = ParseSettings(config.max_report_bytes, settings.n_shards, weights_from_config(config))
+    source = resolve_source(spark, settings.source)
     raw = read_kafka_stream(
         spark,
         bootstrap_servers=settings.bootstrap_servers,
         topic=config.load_reports_topic,
-        source=settings.source,
+        source=source,
         starting_offsets=settings.starting_offsets,
         client_config=dict(settings.client_config) or None,
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
+        # the Python source decodes as it reads: the reports' bytes cross to the JVM once
+        parse=parse.to_json() if source == "python" else None,
     )
-    records = raw.select(
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        F.unix_millis("timestamp").alias("timestamp_ms"),
-    )
-    parse = ParseSettings(config.max_report_bytes, settings.n_shards, weights_from_config(config))
-    parsed = (
-        records.mapInPandas(parse_batches(parse), ddl(PARSED_FIELDS))
-        .withColumn("event_time", F.timestamp_millis("event_ms"))
-        .withWatermark("event_time", f"{int(settings.watermark_delay_seconds * 1000)} milliseconds")
+    if source == "python":
+        rows = raw
+    else:
+        records = raw.select(
+            "key",
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            F.unix_millis("timestamp").alias("timestamp_ms"),
+        )
+        rows = records.mapInPandas(parse_batches(parse), ddl(PARSED_FIELDS))
+    parsed = rows.withColumn("event_time", F.timestamp_millis("event_ms")).withWatermark(
+        "event_time", f"{int(settings.watermark_delay_seconds * 1000)} milliseconds"
     )
     ttl_s = settings.bundle_ttl_seconds
     if ttl_s is None:
@@ -162,7 +169,7 @@ def start_query(
         writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
     listener = progress_listener(spark)
     query = writer.start()
-    listener.watch(str(query.id))
+    listener.watch(str(query.id), resolve_source(spark, settings.source) != "python")
     return query
 
 
@@ -184,10 +191,10 @@ def progress_listener(spark: Any) -> Any:
 
     class InputRowsListener(StreamingQueryListener):
         def __init__(self) -> None:
-            self.queries: set[str] = set()
+            self.queries: dict[str, bool] = {}  # query id -> whether its input rows are records
 
-        def watch(self, query_id: str) -> None:
-            self.queries.add(query_id)
+        def watch(self, query_id: str, rows_are_records: bool) -> None:
+            self.queries[query_id] = rows_are_records
 
         def onQueryStarted(self, event: Any) -> None:
             pass
@@ -195,15 +202,48 @@ def progress_listener(spark: Any) -> Any:
         def onQueryProgress(self, event: Any) -> None:
             progress = event.progress
             if str(progress.id) in self.queries:
-                metrics.STREAM_INPUT_ROWS.inc(max(0, int(progress.numInputRows or 0)))
+                records = records_read(progress.sources)
+                if records is None and self.queries[str(progress.id)]:
+                    records = int(progress.numInputRows or 0)  # its rows are the records
+                # else the first batch of a new checkpoint, whose start Spark does not say:
+                # not counted (its records are counted by no later batch either)
+                metrics.STREAM_INPUT_ROWS.inc(max(0, records or 0))
 
         def onQueryIdle(self, event: Any) -> None:
             pass
 
         def onQueryTerminated(self, event: Any) -> None:
-            self.queries.discard(str(event.id))
+            self.queries.pop(str(event.id), None)
 
     listener = InputRowsListener()
     spark.streams.addListener(listener)
     _LISTENERS[key] = listener
     return listener
+
+
+def records_read(sources: Any, unknown_start: int | None = None) -> int | None:
+    """Kafka records a batch read, from its sources' start and end offsets (``{"topic":
+    {"partition": offset}}``, both Kafka sources' form). Spark gives no start offsets for the
+    first batch of a new checkpoint: then every partition is taken to start at
+    ``unknown_start``, and with None the answer is None.
+
+    Why not ``numInputRows``: the Python source parses as it reads, so its rows are parse
+    rows (a report's row and one per state shard it touches), not records."""
+    total = 0
+    for source in sources or ():
+        get = source.get if isinstance(source, dict) else lambda k, s=source: getattr(s, k)
+        try:
+            # JSON text, or already parsed; a first batch's start is null either way
+            start, end = (json.loads(o) if isinstance(o, str) else o
+                          for o in (get("startOffset"), get("endOffset")))  # fmt: skip
+            if end is None or (start is None and unknown_start is None):
+                return None
+            start = start or {}
+            for topic, ends in end.items():
+                begins = start.get(topic, {})
+                for partition, stop in ends.items():
+                    first = stop if unknown_start is None else unknown_start
+                    total += int(stop) - int(begins.get(partition, first))
+        except (ValueError, AttributeError, TypeError):
+            return None
+    return total

@@ -24,6 +24,12 @@ Options (case-insensitive):
   ends before the checkpointed offsets because the in-memory broker was restarted; with
   ``false`` such partitions are re-read from earliest;
 * ``kafkaConsumer.pollTimeoutMs`` (default 120000): how long a task waits for missing records;
+* ``lb.parse``: ``streaming.parse.ParseSettings`` as JSON; with it the source decodes the
+  reports as it reads them and yields the parse stage's rows (``streaming.schema.PARSED_FIELDS``)
+  instead of Kafka's columns. Why: the reports are the largest thing the job moves (hundreds of
+  KB each); decoded in the reading task, their bytes cross from Python to the JVM once, as the
+  smaller parsed rows, instead of three times (to the JVM, back to a ``mapInPandas`` worker, and
+  the parsed rows again), which took most of a catch-up batch's time (docs/benchmarks.md);
 * ``kafka.*``: everything else is passed to librdkafka without the prefix, e.g.
   ``kafka.security.protocol=SASL_SSL``, ``kafka.sasl.mechanism=PLAIN``,
   ``kafka.sasl.username``/``kafka.sasl.password``, ``kafka.ssl.ca.location``. Note librdkafka's
@@ -57,6 +63,7 @@ from pyspark.sql.types import StructType
 
 from infra.offsets import earliest_offsets, latest_offsets
 from infra.topics import kafka_client_config
+from streaming import stage_timing
 
 __all__ = [
     "FORMAT_NAME",
@@ -76,6 +83,13 @@ KAFKA_SCHEMA = (
 )
 _EARLIEST, _LATEST = -2, -1
 _ARROW_BATCH_ROWS = 10_000
+_ARROW_BATCH_BYTES = 64 * 1024 * 1024
+"""A task hands its records on in batches of at most this many value bytes (or rows): reports
+are hundreds of KB, so a row cap alone would hold gigabytes of a catch-up in one batch."""
+_CONSUME_ROWS = 100
+_FETCH_BYTES = 64 * 1024 * 1024
+"""librdkafka's per-partition and per-request fetch sizes, unless the client config sets them:
+at the default 1 MB per partition a reader gets one report per round trip (a third slower)."""
 # librdkafka timestamp types -> Kafka's TimestampType ids, as the built-in source reports them
 _TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
 
@@ -99,6 +113,7 @@ class KafkaSourceConfig:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_s: float = 120.0
+    parse: str | None = None  # ParseSettings as JSON: yield parsed rows (the module docstring)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceConfig:
@@ -126,6 +141,7 @@ class KafkaSourceConfig:
             max_offsets_per_trigger=int(cap) if cap is not None else None,
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             poll_timeout_s=float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0,
+            parse=opts.get("lb.parse"),
         )
 
 
@@ -148,6 +164,10 @@ class LbKafkaDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str:
+        if self.options.get("lb.parse"):
+            from streaming.schema import PARSED_FIELDS, ddl
+
+            return ddl(PARSED_FIELDS)
         return KAFKA_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -277,6 +297,8 @@ class LbKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaOffsetRange)
+        if self.config.parse:
+            return read_parsed_offset_range(self.config, partition)
         return read_offset_range(self.config, partition)
 
 
@@ -299,6 +321,8 @@ def _rate_limit(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
 def _reader_consumer_config(config: KafkaSourceConfig) -> dict[str, Any]:
     client = kafka_client_config(config.bootstrap_servers, config.client_config)
     client.setdefault("group.id", f"lb-reader-{uuid.uuid4().hex[:12]}")
+    client.setdefault("max.partition.fetch.bytes", _FETCH_BYTES)
+    client.setdefault("fetch.max.bytes", _FETCH_BYTES)
     client.update(
         {
             "enable.auto.commit": False,
@@ -329,17 +353,20 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
             values.clear()
         return batch
 
+    clock = stage_timing.Clock()  # this function's own time, without the waits at its yields
     consumer = Consumer(_reader_consumer_config(config))
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         done = part.start >= part.end
         last_progress = time.monotonic()
         next_offset = part.start
+        size = held = 0  # value bytes of the rows held, and how many rows were counted
         while not done:
             # Ask for no more than the range still holds: consume() returns only once it has
             # num_messages or its timeout passed, so asking for a full Arrow batch made every
             # task of a small micro-batch wait the whole second (the job's latency floor).
-            want = max(1, min(_ARROW_BATCH_ROWS, part.end - next_offset))
+            # At most _CONSUME_ROWS at a time, so a batch stays near its byte cap.
+            want = max(1, min(_CONSUME_ROWS, part.end - next_offset))
             messages = consumer.consume(num_messages=want, timeout=1.0)
             if not messages and time.monotonic() - last_progress > config.poll_timeout_s:
                 raise TimeoutError(
@@ -350,12 +377,46 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
             if last is not None:
                 next_offset = last + 1
                 last_progress = time.monotonic()
-            if len(columns["offset"]) >= _ARROW_BATCH_ROWS:
-                yield flush()
+            size += sum(len(v) for v in columns["value"][held:] if v is not None)
+            held = len(columns["offset"])
+            if held >= _ARROW_BATCH_ROWS or size >= _ARROW_BATCH_BYTES:
+                size = held = 0
+                batch = flush()
+                clock.pause()
+                yield batch
+                clock.resume()
         if columns["offset"]:
-            yield flush()
+            batch = flush()
+            clock.pause()
+            yield batch
+            clock.resume()
     finally:
         consumer.close()
+        clock.record("source", part.end - part.start)
+
+
+def read_parsed_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[Any]:
+    """``read_offset_range``, each batch decoded into the parse stage's rows (option
+    ``lb.parse``): the same rows ``streaming.parse.parse_batches`` makes of the same records."""
+    from streaming.parse import ParseSettings, parse_records, parsed_arrow_batch
+
+    assert config.parse is not None
+    settings = ParseSettings.from_json(config.parse)
+    for batch in read_offset_range(config, part):
+        clock = stage_timing.Clock()
+        ts = batch.column("timestamp").cast("int64").to_pylist()  # microseconds, or None
+        rows = parse_records(
+            batch.column("value").to_pylist(),
+            batch.column("key").to_pylist(),
+            batch.column("topic").to_pylist(),
+            batch.column("partition").to_pylist(),
+            batch.column("offset").to_pylist(),
+            [t // 1000 if t is not None else 0 for t in ts],
+            settings,
+        )
+        out = parsed_arrow_batch(rows)
+        clock.record("parse", batch.num_rows)
+        yield out
 
 
 def _record_schema(pa: Any) -> Any:

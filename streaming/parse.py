@@ -40,6 +40,7 @@ from loadbalance.errors import InvalidInput
 from loadbalance.report_codec import decode_report_columns, report_to_dict
 from loadbalance.report_columns import ReportColumns
 from loadbalance.view import UsageWeights
+from streaming import stage_timing
 from streaming.schema import (
     BROKER_PREFIX,
     DEAD,
@@ -69,6 +70,26 @@ class ParseSettings:
     max_report_bytes: int
     n_shards: int
     weights: UsageWeights
+
+    def to_json(self) -> str:
+        """As a reader option of the Kafka source (``streaming.kafka_source``); floats by
+        ``repr``, so they come back bit for bit."""
+        return json.dumps(
+            {
+                "maxReportBytes": self.max_report_bytes,
+                "shards": self.n_shards,
+                "weights": [getattr(self.weights, f) for f in _WEIGHT_FIELDS],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ParseSettings:
+        doc = json.loads(text)
+        weights = UsageWeights(**dict(zip(_WEIGHT_FIELDS, map(float, doc["weights"]), strict=True)))
+        return cls(int(doc["maxReportBytes"]), int(doc["shards"]), weights)
+
+
+_WEIGHT_FIELDS = ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out")
 
 
 def dead_letter(
@@ -207,6 +228,70 @@ def parse_record(
     return [(DEAD_KEY, DEAD, "", timestamp_ms, partition, offset, 0.0, 0.0, doc)]
 
 
+def parse_records(
+    values: list[Any],
+    keys: list[Any],
+    topics: list[str],
+    partitions: list[int],
+    offsets: list[int],
+    timestamps_ms: list[int],
+    settings: ParseSettings,
+) -> list[tuple[Any, ...]]:
+    """Parsed rows for a run of Kafka records (columns of equal length); never raises.
+
+    Only each broker's latest report of the run, by ``(event_ms, partition, offset)``, keeps its
+    document in its ``report`` row; the others carry ``None`` there. Why: the state step keeps
+    every report's usage and throughput but passes on only the document of a broker's latest
+    report in the batch, and the document (the broker's whole bundle list) is the largest part
+    of the row; during a catch-up a run holds many reports of each broker, whose documents were
+    shuffled to the state step only to be dropped. The latest report of a batch is the latest
+    of the run it came in, so it always has its document. A run whose latest report Spark drops
+    as late has only late reports of that broker (they are not newer), so none is lost."""
+    rows: list[tuple[Any, ...]] = []
+    for value, key, topic, partition, offset, ts in zip(
+        values, keys, topics, partitions, offsets, timestamps_ms, strict=True
+    ):
+        rows.extend(
+            parse_record(_bytes(value), _bytes(key), topic, partition, offset, int(ts), settings)
+        )
+    latest: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        if row[1] == REPORT:
+            j = latest.get(row[0])
+            if j is None or row[3:6] > rows[j][3:6]:
+                latest[row[0]] = i
+    if len(latest) < sum(1 for row in rows if row[1] == REPORT):
+        keep = set(latest.values())
+        for i, row in enumerate(rows):
+            if row[1] == REPORT and i not in keep:
+                rows[i] = (*row[:-1], None)
+    return rows
+
+
+def parsed_arrow_batch(rows: list[tuple[Any, ...]]) -> Any:
+    """``rows`` (``PARSED_FIELDS``) as one Arrow record batch (the Kafka source's output when
+    it parses as it reads)."""
+    import pyarrow as pa
+
+    schema = parsed_arrow_schema()
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in PARSED_FIELDS]
+    arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def parsed_arrow_schema() -> Any:
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "double": pa.float64(),
+        "binary": pa.binary(),
+    }
+    return pa.schema([(name, types[kind]) for name, kind in PARSED_FIELDS])
+
+
 def parse_batches(
     settings: ParseSettings,
 ) -> Any:
@@ -216,25 +301,21 @@ def parse_batches(
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in batches:
-            rows: list[tuple[Any, ...]] = []
-            for value, key, topic, partition, offset, ts in zip(
+            clock = stage_timing.Clock()
+            rows = parse_records(
                 pdf["value"].tolist(),
                 pdf["key"].tolist(),
                 pdf["topic"].tolist(),
                 pdf["partition"].tolist(),
                 pdf["offset"].tolist(),
                 pdf["timestamp_ms"].tolist(),
-                strict=True,
-            ):
-                rows.extend(
-                    parse_record(
-                        _bytes(value), _bytes(key), topic, partition, offset, int(ts), settings
-                    )
-                )
-            if rows:
-                yield pd.DataFrame.from_records(rows, columns=names)
-            else:
-                yield frame(PARSED_FIELDS, 0)
+                settings,
+            )
+            out = pd.DataFrame.from_records(rows, columns=names) if rows else None
+            if out is None:
+                out = frame(PARSED_FIELDS, 0)
+            clock.record("parse", len(pdf))
+            yield out
 
     return run
 

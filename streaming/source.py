@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from streaming.kafka_source import register
 
-__all__ = ["builtin_kafka_available", "read_kafka_stream"]
+__all__ = ["builtin_kafka_available", "read_kafka_stream", "resolve_source"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,15 @@ def builtin_kafka_available(spark: SparkSession) -> bool:
         return False
 
 
+def resolve_source(spark: SparkSession, source: SourceKind) -> SourceKind:
+    """``"kafka"`` or ``"python"``: ``"auto"`` is the built-in one when its jar is loadable."""
+    if source not in ("auto", "kafka", "python"):
+        raise ValueError(f"source must be 'auto', 'kafka' or 'python', got {source!r}")
+    if source == "auto":
+        return "kafka" if builtin_kafka_available(spark) else "python"
+    return source
+
+
 def read_kafka_stream(
     spark: SparkSession,
     *,
@@ -50,17 +59,19 @@ def read_kafka_stream(
     starting_offsets: str = "earliest",
     client_config: Mapping[str, Any] | None = None,
     max_offsets_per_trigger: int | None = None,
+    parse: str | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of Kafka records with the built-in source's columns.
 
     ``topic`` may be a comma list. ``client_config`` keys are Kafka client settings with or
     without the ``kafka.`` prefix (SASL/SSL go here); they are passed to whichever client the
-    chosen source uses, so use names that client understands.
+    chosen source uses, so use names that client understands. ``parse`` (the Python source
+    only, ``resolve_source`` says which): ``ParseSettings`` as JSON, and the rows are the parse
+    stage's (``streaming.kafka_source``).
     """
-    if source not in ("auto", "kafka", "python"):
-        raise ValueError(f"source must be 'auto', 'kafka' or 'python', got {source!r}")
-    if source == "auto":
-        source = "kafka" if builtin_kafka_available(spark) else "python"
+    source = resolve_source(spark, source)
+    if parse is not None and source != "python":
+        raise ValueError("only the Python source parses as it reads")
     fmt = "kafka" if source == "kafka" else register(spark)
     log.info("reading %s from %s with the %s source", topic, bootstrap_servers, fmt)
     reader = (
@@ -71,6 +82,8 @@ def read_kafka_stream(
     )
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(int(max_offsets_per_trigger)))
+    if parse is not None:
+        reader = reader.option("lb.parse", parse)
     for key, value in (client_config or {}).items():
         name = key if key.startswith("kafka.") else f"kafka.{key}"
         if name != "kafka.bootstrap.servers":

@@ -51,6 +51,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from loadbalance.time_average import history_usage
+from streaming import stage_timing
 from streaming.schema import (
     BROKER,
     BROKER_GONE,
@@ -98,16 +99,21 @@ class LoadStateProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
+        clock = stage_timing.Clock()
         name = key[0] if isinstance(key, tuple) else key
         pdf = pd.concat(list(rows), ignore_index=True)
         if pdf.empty:
             return
         if name.startswith(SHARD_PREFIX):
             pdf = pdf.sort_values(["event_ms", "partition", "offset"], kind="stable")
-            yield from self._samples(name, pdf)
+            out = list(self._samples(name, pdf))
+            clock.record("state.shard", len(pdf))
+            yield from out
         elif name.startswith(BROKER_PREFIX):
             pdf = pdf.sort_values(["event_ms", "partition", "offset"], kind="stable")
-            yield from self._reports(name[len(BROKER_PREFIX) :], pdf)
+            out = list(self._reports(name[len(BROKER_PREFIX) :], pdf))
+            clock.record("state.broker", len(pdf))
+            yield from out
         else:
             yield frame(
                 OUTPUT_FIELDS,
@@ -163,8 +169,11 @@ class LoadStateProcessor(StatefulProcessor):
         stored_tag = self.shard_tag.get()
         if cached is not None and stored_tag is not None and cached[0] == stored_tag[0]:
             return cached[1]
+        clock = stage_timing.Clock()
         stored = self.shard.get()
-        return ShardState.from_bytes(bytes(stored[0])) if stored else ShardState()
+        state = ShardState.from_bytes(bytes(stored[0])) if stored else ShardState()
+        clock.record("state.blob_read", 1)  # a cache miss (part of state.shard)
+        return state
 
     def _reports(self, broker: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         prev = self.broker.get()
