@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterable, Mapping
 from loadbalance.bundles import bundle_namespace
 from loadbalance.placement.base import pending_topics
 from loadbalance.time_average import BundleData
-from loadbalance.view import ClusterView
+from loadbalance.view import ClusterView, digest_of
 
 MS_PER_S = 1000
 
@@ -87,6 +87,65 @@ def namespace_bundle_counts(
         bundles = set(broker.report.bundles) | set(preallocated.get(name, {}))
         counts[name] = Counter(bundle_namespace(b) for b in bundles)
     return counts
+
+
+class NamespaceCounts:
+    """``namespace_bundle_counts`` kept by a ``BrokerSelector`` through one cycle's placements.
+
+    A broker's served bundles are counted by its report's digest (``view.digest_of``) when it
+    has one: counting a million bundle names per cycle would be most of a placement batch's
+    cost. A broker's counts are the digest's, shared, until a placement changes them; then the
+    broker gets its own copy (copy on write), so a count stays one lookup."""
+
+    def __init__(
+        self, view: ClusterView, preallocated: Mapping[str, Mapping[str, BundleData]]
+    ) -> None:
+        self._counts: dict[str, Mapping[str, int]] = {}
+        self._own: dict[str, Counter[str]] = {}
+        for name, broker in view.brokers.items():
+            pre = preallocated.get(name, {})
+            digest = digest_of(view, name)
+            if digest is None:
+                counts = Counter(bundle_namespace(b) for b in set(broker.report.bundles) | set(pre))
+                self._counts[name] = self._own[name] = counts
+                continue
+            self._counts[name] = digest.namespace_counts
+            served = broker.report.bundles
+            for b in pre:
+                if b not in served:
+                    self._writable(name)[bundle_namespace(b)] += 1
+
+    def _writable(self, broker: str) -> Counter[str]:
+        own = self._own.get(broker)
+        if own is None:
+            own = self._own[broker] = Counter(self._counts.get(broker, _NONE))
+            self._counts[broker] = own
+        return own
+
+    def count(self, broker: str, namespace: str) -> int:
+        return self._counts.get(broker, _NONE).get(namespace, 0)
+
+    def add(self, broker: str, namespace: str) -> None:
+        self._writable(broker)[namespace] += 1
+
+    def remove(self, broker: str, namespace: str) -> None:
+        """One fewer, never below zero (a broker not in the view has nothing to lose)."""
+        if broker in self._counts and self.count(broker, namespace) > 0:
+            self._writable(broker)[namespace] -= 1
+
+    def fewest(self, bundle: str, candidates: Iterable[str]) -> list[str]:
+        """``remove_most_servicing_brokers_for_namespace`` over these counts."""
+        cands = sorted(candidates)
+        if not cands:
+            return cands
+        ns = bundle_namespace(bundle)
+        get = self._counts.get
+        per = [get(b, _NONE).get(ns, 0) for b in cands]
+        least = min(per)
+        return [b for b, n in zip(cands, per) if n == least]
+
+
+_NONE: Mapping[str, int] = {}
 
 
 def remove_most_servicing_brokers_for_namespace(

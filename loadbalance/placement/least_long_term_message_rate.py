@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from loadbalance.placement.base import pending_msg_rate
+from loadbalance.placement.base import Preallocations, pending_msg_rate
 from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView
 
@@ -58,6 +58,10 @@ class LeastLongTermMessageRate:
 
     def __init__(self) -> None:
         self._usage: dict[int, tuple[LocalBrokerData, float]] = {}
+        self._base_for: ClusterView | None = None
+        self._base_threshold = math.nan
+        self._base: dict[str, float] = {}
+        self._overloaded: set[str] = set()
 
     def initial_state(self) -> None:
         """Stateless: every selection reads only the view and the preallocations."""
@@ -75,22 +79,45 @@ class LeastLongTermMessageRate:
         state: None,
     ) -> tuple[None, str | None]:
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
-        brokers = view.brokers
-        known = sorted(c for c in set(candidates) if c in brokers)
+        base, overloaded = self._base_scores(view, threshold)
+        known = sorted(c for c in set(candidates) if c in base)
         if not known:
             return None, None
-        # long_term_score per candidate, with each report's usage read once per report
+        # long_term_score per candidate: the same additions, the broker's part read once per view
+        get = preallocated.get
         scores = []
         for c in known:
-            broker = brokers[c]
-            if self._max_usage(broker.report) > threshold:
+            if c in overloaded:
                 scores.append(math.inf)
+                continue
+            pre = get(c)
+            if pre is None:
+                pending = 0  # pending_msg_rate of nothing: the int 0, as its fold starts
+            elif type(pre) is Preallocations:
+                pending = pre.long_term_msg_rate
             else:
-                pending = pending_msg_rate(preallocated.get(c, _NOTHING))
-                scores.append(pending + broker.time_average.long_term_msg_rate)
+                pending = pending_msg_rate(pre)
+            scores.append(pending + base[c])
         best_score = min(scores)
         best = [c for c, score in zip(known, scores, strict=True) if score == best_score]
         return None, best[rng.randrange(len(best))]
+
+    def _base_scores(
+        self, view: ClusterView, threshold: float
+    ) -> tuple[dict[str, float], set[str]]:
+        """Each broker's long-term msg/s and the overloaded brokers, once per view and
+        threshold: a cycle placing thousands of bundles scores every broker for each, and
+        neither the reports nor the averages change within it."""
+        if self._base_for is not view or self._base_threshold != threshold:
+            base: dict[str, float] = {}
+            overloaded: set[str] = set()
+            for name, broker in view.brokers.items():
+                base[name] = broker.time_average.long_term_msg_rate
+                if self._max_usage(broker.report) > threshold:
+                    overloaded.add(name)
+            self._base, self._overloaded = base, overloaded
+            self._base_for, self._base_threshold = view, threshold
+        return self._base, self._overloaded
 
     def _max_usage(self, report: LocalBrokerData) -> float:
         """``report.max_resource_usage()``, remembered by report: a cycle placing thousands of

@@ -33,20 +33,14 @@ Deviation: Pulsar returns a preallocated broker even if it is the one being unlo
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from loadbalance.bundles import bundle_namespace
 from loadbalance.errors import InvalidInput
-from loadbalance.placement.base import PlacementStrategy, Preallocations
-from loadbalance.placement.filters import (
-    filter_brokers_with_large_topic_count,
-    live_candidates,
-    namespace_bundle_counts,
-    remove_most_servicing_brokers_for_namespace,
-)
+from loadbalance.placement.base import PlacementStrategy, Preallocations, pending_topics
+from loadbalance.placement.filters import NamespaceCounts, live_candidates
 from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
 from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
@@ -121,7 +115,8 @@ class BrokerSelector:
                     continue
                 self._preallocated.setdefault(broker_name, Preallocations())[bundle] = data
                 self._bundle_to_broker[bundle] = broker_name
-        self._ns_counts = namespace_bundle_counts(view, self._preallocated)
+        self._ns_counts = NamespaceCounts(view, self._preallocated)
+        self._over_topics: set[str] | None = None
 
     @property
     def strategy(self) -> PlacementStrategy[Any]:
@@ -154,13 +149,9 @@ class BrokerSelector:
         full = [c for c in self._live if c not in excluded] if excluded else list(self._live)
         if not full:
             return None
-        candidates = filter_brokers_with_large_topic_count(
-            full, self._view, self._preallocated, self._config.load_balancer_broker_max_topics
-        )
+        candidates = self._below_max_topics(full)
         if self._config.load_balancer_distribute_bundles_evenly_enabled:
-            candidates = remove_most_servicing_brokers_for_namespace(
-                bundle, candidates, self._ns_counts
-            )
+            candidates = self._ns_counts.fewest(bundle, candidates)
         if not candidates:
             candidates = full
 
@@ -176,8 +167,37 @@ class BrokerSelector:
 
         self._preallocated.setdefault(chosen, Preallocations())[bundle] = data
         self._bundle_to_broker[bundle] = chosen
-        self._ns_counts.setdefault(chosen, Counter())[bundle_namespace(bundle)] += 1
+        self._ns_counts.add(chosen, bundle_namespace(bundle))
+        self._recount_topics(chosen)
         return chosen
+
+    def _below_max_topics(self, full: list[str]) -> list[str]:
+        """``filter_brokers_with_large_topic_count`` over ``full`` (sorted, every one in the
+        view), with the brokers over the limit kept as a set that each placement updates for
+        the one broker it changes, instead of adding up every broker's topics each time."""
+        if self._over_topics is None:
+            self._over_topics = set()
+            for name in self._view.brokers:
+                self._recount_topics(name)
+        over = self._over_topics
+        if not over:
+            return full
+        kept = [c for c in full if c not in over]
+        return kept if kept else full
+
+    def _recount_topics(self, broker: str) -> None:
+        over = self._over_topics
+        if over is None:
+            return
+        view_broker = self._view.brokers.get(broker)
+        if view_broker is None:
+            return
+        pre = self._preallocated.get(broker)
+        total = view_broker.report.num_topics + (pending_topics(pre) if pre else 0)
+        if total <= self._config.load_balancer_broker_max_topics:
+            over.discard(broker)
+        else:
+            over.add(broker)
 
     def _below_threshold(
         self, chosen: str, full: list[str], bundle: str, data: BundleData, threshold: float
@@ -215,6 +235,5 @@ class BrokerSelector:
     def _forget(self, bundle: str, broker: str) -> None:
         self._bundle_to_broker.pop(bundle, None)
         self._preallocated.get(broker, {}).pop(bundle, None)
-        counts = self._ns_counts.get(broker)
-        if counts is not None and counts[bundle_namespace(bundle)] > 0:
-            counts[bundle_namespace(bundle)] -= 1
+        self._ns_counts.remove(broker, bundle_namespace(bundle))
+        self._recount_topics(broker)
