@@ -188,7 +188,7 @@ def projected_scores(
         if c not in brokers:
             continue
         usage = memo.with_preallocated(c, preallocated.get(c, _NOTHING), index)
-        scores[c] = usage.shifted(load, 1.0).load(weights)
+        scores[c] = usage.load_shifted(load, 1.0, weights)
     return scores
 
 

@@ -52,10 +52,10 @@ grace period and the never-back rule above stop it from returning.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
@@ -87,8 +87,10 @@ class ProjectedShedderState:
     came_from: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
-@dataclass(slots=True, eq=False)
-class _Candidate:
+class _Candidate(NamedTuple):
+    """A bundle that may move. A tuple, so a broker's candidates sort natively, by work then
+    name (names are unique within a broker, so ``stats`` is never compared)."""
+
     work: float
     bundle: str
     stats: NamespaceBundleStats
@@ -185,11 +187,10 @@ class ProjectedUsageShedder:
         stuck = _splitting_excess(view, model, high, now_ms)
         out: list[Decision] = []
         while len(out) < budget:
-            sources = [b for b in loads if b not in stuck]
-            if not sources:
+            pair = _busiest_and_idlest(loads, stuck)
+            if pair is None:
                 break
-            s = max(sources, key=lambda b: (loads[b], b))
-            d = min(loads, key=lambda b: (loads[b], b))
+            s, d = pair
             if s == d or (loads[s] <= high and loads[d] >= low):
                 break
             if s not in movable:
@@ -347,6 +348,19 @@ class ProjectedUsageShedder:
         return best
 
 
+def _busiest_and_idlest(loads: Mapping[str, float], stuck: set[str]) -> tuple[str, str] | None:
+    """The busiest broker not stuck and the idlest one, each by (load, name); ``None`` when
+    every broker is stuck. The same comparisons as ``max``/``min`` keyed on (load, name), made
+    on the tuples directly instead of calling a key per broker for every planned move."""
+    ranked: Iterable[tuple[float, str]] = zip(loads.values(), loads)
+    if stuck:
+        ranked = (t for t in ranked if t[1] not in stuck)
+    top = max(ranked, default=None)
+    if top is None:
+        return None
+    return top[1], min(zip(loads.values(), loads))[1]
+
+
 def _replay_pending(
     state: ProjectedShedderState,
     view: ClusterView,
@@ -414,5 +428,5 @@ def _movable(
         )
         if work > 0:
             lst.append(_Candidate(work, bundle, s))
-    lst.sort(key=lambda c: (c.work, c.bundle))
+    lst.sort()  # (work, bundle): work > 0 above, so never a NaN
     return lst

@@ -118,6 +118,29 @@ class BrokerUsage:
             / 100.0
         )
 
+    def load_shifted(self, b: BundleLoad, sign: float, w: Weights) -> float:
+        """``self.shifted(b, sign).load(w)``, the same operations in the same order, without
+        making the shifted copy (the shedder's planning asks this for every candidate)."""
+        return (
+            max(
+                _pct(max(self.cpu_pct + sign * b.work * self.cpu_per_work, 0.0), self.cpu_limit_pct)
+                * w.cpu,
+                self.memory_pct * w.memory,
+                self.direct_memory_pct * w.direct_memory,
+                _pct(
+                    max(self.in_kbytes_per_s + sign * b.throughput_in_bytes_per_s / KBYTES, 0.0),
+                    self.in_limit_kbytes_per_s,
+                )
+                * w.bandwidth_in,
+                _pct(
+                    max(self.out_kbytes_per_s + sign * b.throughput_out_bytes_per_s / KBYTES, 0.0),
+                    self.out_limit_kbytes_per_s,
+                )
+                * w.bandwidth_out,
+            )
+            / 100.0
+        )
+
     def shifted(self, b: BundleLoad, sign: float) -> BrokerUsage:
         """A copy with the bundle added (``sign=1``) or removed (``sign=-1``)."""
         return BrokerUsage(
@@ -168,10 +191,10 @@ class UsageModel:
         return self.brokers[broker].load(self.weights)
 
     def load_if_added(self, broker: str, b: BundleLoad) -> float:
-        return self.brokers[broker].shifted(b, 1.0).load(self.weights)
+        return self.brokers[broker].load_shifted(b, 1.0, self.weights)
 
     def load_if_removed(self, broker: str, b: BundleLoad) -> float:
-        return self.brokers[broker].shifted(b, -1.0).load(self.weights)
+        return self.brokers[broker].load_shifted(b, -1.0, self.weights)
 
     def add(self, broker: str, b: BundleLoad) -> None:
         self.brokers[broker] = self.brokers[broker].shifted(b, 1.0)
