@@ -1,19 +1,23 @@
-"""Decision speed: one policy cycle over 100,000 bundles on 20 brokers.
+"""Decision speed: one policy cycle over N bundles on M brokers (default 100,000 on 20).
 
 AutoMQ reports about 200 ms to decide over 100k partitions on 20 brokers; this script times the
-same shape of problem for our pure core, per shedder:
+same shape of problem for our pure core, per shedder (``docs/benchmarks.md`` runs it at 10k,
+100k and 1M bundles on 400 brokers):
 
-* **ingest**: folding the 20 brokers' reports (5,000 bundles each, all in ``lastStats``) into the
-  ``LoadState`` with ``loadbalance.view.ingest`` (the part the Spark job does per key);
+* **ingest**: folding the brokers' reports (all their bundles in ``lastStats``) into the
+  ``LoadState`` with ``loadbalance.view.ingest_many`` (the part the Spark job does per key; it
+  also works out each report's digest, which ``build_view`` and the split scan read);
 * **build_view**: assembling the ``ClusterView`` for one cycle;
 * **step**: ``loadbalance.cycle.step`` = split + shedding + placement of the shed bundles (merge
   off, as by default).
 
 Every figure is wall time from ``time.perf_counter`` loops (no pytest), several repetitions,
-reported as median and p90 in milliseconds. The cluster is synthetic and seeded: Zipf-skewed
-bundle rates, a few bundles over the split threshold, and broker usage spread from ~35 % to
-~95 % so every shedder has work to do. Stateful shedders (TransferShedder's hit count) are primed
-with warm-up cycles first; each timed repetition restarts from that primed state.
+reported as median and p90 in milliseconds, with the median process CPU time
+(``time.process_time``) beside it for machines whose cores are shared. The cluster is
+synthetic and seeded: Zipf-skewed bundle rates, a few bundles over the split threshold, and
+broker usage spread from ~35 % to ~95 % so every shedder has work to do. Stateful shedders
+(TransferShedder's hit count) are primed with warm-up cycles first; each timed repetition
+restarts from that primed state.
 
 Run: ``.venv/bin/python benchmarks/bench_cycle.py [--bundles 100000] [--brokers 20] [--reps 7]``
 (add ``--profile SHEDDER`` to print a pyinstrument profile of one step, when installed).
@@ -113,20 +117,32 @@ def synthetic_reports(
     return out
 
 
-def _timed(fn: Callable[[], Any], reps: int) -> tuple[list[float], Any]:
-    samples, result = [], None
+class _Samples(list[float]):
+    """Wall-clock samples (ms), with the process CPU time of each beside them (``cpu``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cpu: list[float] = []
+
+
+def _timed(fn: Callable[[], Any], reps: int) -> tuple[_Samples, Any]:
+    samples, result = _Samples(), None
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = fn()
         samples.append((time.perf_counter() - t0) * 1000.0)
+        samples.cpu.append((time.process_time() - c0) * 1000.0)
     return samples, result
 
 
-def _summary(samples: list[float]) -> dict[str, float]:
+def _summary(samples: _Samples) -> dict[str, float]:
+    """Median and p90 of the wall time, and the median CPU time: on cores shared with other
+    work the wall time includes waiting for a core, the CPU time does not."""
     s = sorted(samples)
     return {
         "median_ms": round(statistics.median(s), 1),
         "p90_ms": round(s[min(len(s) - 1, round(0.9 * (len(s) - 1)))], 1),
+        "cpu_median_ms": round(statistics.median(samples.cpu), 1),
     }
 
 
