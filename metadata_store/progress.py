@@ -80,9 +80,18 @@ class ProgressStore(Protocol):
 
     def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None: ...
 
-    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None: ...
+    def pending_brokers(self, batch: int) -> list[str] | None: ...
+
+    def set_pending(
+        self,
+        batch: int,
+        namespaces: Mapping[str, NamespaceBundles],
+        brokers: Iterable[str] | None = None,
+    ) -> None: ...
 
     def read_namespaces(self) -> dict[str, NamespaceBundles]: ...
+
+    def read_live_brokers(self) -> list[str]: ...
 
     def commit(
         self,
@@ -164,17 +173,35 @@ class RedisProgress:
             return namespaces_from_json(doc[b"namespaces"])
         return None
 
-    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None:
-        self._r.hset(
-            self._keys.stream_pending(),
-            mapping={"batch": batch, "namespaces": namespaces_to_json(namespaces)},
-        )
+    def pending_brokers(self, batch: int) -> list[str] | None:
+        """The live brokers recorded with batch ``batch``'s pending cycle; None when the record
+        is another batch's or holds none (written by a job that did not record them)."""
+        batch_raw, brokers = self._r.hmget(self._keys.stream_pending(), "batch", "brokers")
+        if batch_raw is None or int(batch_raw) != batch or brokers is None:
+            return None
+        return [str(b) for b in json.loads(brokers)]
+
+    def set_pending(
+        self,
+        batch: int,
+        namespaces: Mapping[str, NamespaceBundles],
+        brokers: Iterable[str] | None = None,
+    ) -> None:
+        mapping: dict[str, Any] = {"batch": batch, "namespaces": namespaces_to_json(namespaces)}
+        if brokers is not None:
+            mapping["brokers"] = json.dumps(sorted(brokers))
+        self._r.hset(self._keys.stream_pending(), mapping=mapping)
 
     def read_namespaces(self) -> dict[str, NamespaceBundles]:
         """Current boundaries, read through the ownership store (one layout, one reader)."""
         store = RedisStore(self._r, self._prefix)
         names = store.list_namespaces()
         return {ns: nb for ns, nb in zip(names, store.read_namespaces(names)) if nb is not None}
+
+    def read_live_brokers(self) -> list[str]:
+        """Brokers whose registration is live now, judged by Redis's own clock as the
+        controller judges them (the registry is the ownership store's)."""
+        return RedisStore(self._r, self._prefix, clock="server").live_brokers(0)
 
     def commit(
         self,
@@ -229,11 +256,22 @@ class MemoryProgress:
     def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
         return None
 
-    def set_pending(self, batch: int, namespaces: Mapping[str, NamespaceBundles]) -> None:
+    def pending_brokers(self, batch: int) -> list[str] | None:
+        return None
+
+    def set_pending(
+        self,
+        batch: int,
+        namespaces: Mapping[str, NamespaceBundles],
+        brokers: Iterable[str] | None = None,
+    ) -> None:
         pass
 
     def read_namespaces(self) -> dict[str, NamespaceBundles]:
         return {}
+
+    def read_live_brokers(self) -> list[str]:
+        return []  # no registry: every reporting broker takes part
 
     def commit(self, progress: Progress, *_args: Any) -> None:
         self._progress = progress

@@ -346,7 +346,8 @@ class DecisionStage:
         due = bool(len(pdf)) and policies_due(progress.cycle_state, self.config, now_ms)
         if due and self._progress_store.pending_namespaces(batch_id) is None:
             # recorded before the commit: the cycle (and any replay of it) reads these
-            self._progress_store.set_pending(batch_id, self._progress_store.read_namespaces())
+            store = self._progress_store
+            store.set_pending(batch_id, store.read_namespaces(), store.read_live_brokers())
         sink.flush()
         phases.mark("pending_and_flush")
         new = Progress(batch_id, now_ms, progress.cycle_state, cycle_pending=due)
@@ -428,9 +429,12 @@ class DecisionStage:
         namespaces = self._progress_store.pending_namespaces(progress.batch)
         if namespaces is None:  # no Redis (MemoryProgress keeps no pending record)
             namespaces = self._progress_store.read_namespaces()
+        # The registry's live brokers when the batch made the cycle due; an empty registry
+        # (agents running without Redis) leaves every reporting broker in
+        live = self._progress_store.pending_brokers(progress.batch) or None
         cycle_started = time.monotonic()
         with gc_paused():
-            view = self._view.cluster_view(namespaces)
+            view = self._view.cluster_view(namespaces, live)
             view_ms = (time.monotonic() - cycle_started) * 1000
             cycle_state, result = step(
                 progress.cycle_state,

@@ -34,7 +34,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple
 from types import MappingProxyType
@@ -253,8 +253,18 @@ class DriverView:
             self.removed_shards.add(key)
 
     # -- views and snapshots ------------------------------------------------------------------
-    def cluster_view(self, namespaces: Mapping[str, NamespaceBundles]) -> ClusterView:
-        """The view for one policy cycle.
+    def cluster_view(
+        self,
+        namespaces: Mapping[str, NamespaceBundles],
+        live: Collection[str] | None = None,
+    ) -> ClusterView:
+        """The view for one policy cycle; with ``live``, only those brokers (the registry's).
+
+        Why ``live``: the job learns that a broker stopped reporting only when its report
+        timeout passes, a cycle or more after a graceful leave ended its registration. Pulsar's
+        leader considers only the brokers its registry lists, and so does the fast model; a
+        cycle that still counted a departed broker planned transfers to it that the controller
+        then refused, while the grace period held the bundles it had meant to move.
 
         Bundles a namespace's current boundaries no longer contain (split or merged away, kept
         by the state step until they expire) are left out. Every broker's ``lastStats`` is
@@ -270,6 +280,8 @@ class DriverView:
             del kept[name]
         brokers: dict[str, BrokerLoad] = {}
         for broker in sorted(self._brokers):
+            if live is not None and broker not in live:
+                continue
             doc, usage, ema, event_ms = self._brokers[broker]
             stats = {}
             for b in doc.get("bundles") or ():
