@@ -190,7 +190,11 @@ class RedisProgress:
         mapping: dict[str, Any] = {"batch": batch, "namespaces": namespaces_to_json(namespaces)}
         if brokers is not None:
             mapping["brokers"] = json.dumps(sorted(brokers))
-        self._r.hset(self._keys.stream_pending(), mapping=mapping)
+        # replaced whole: a field of an earlier batch's record must not outlive it
+        pipe = self._r.pipeline(transaction=True)
+        pipe.delete(self._keys.stream_pending())
+        pipe.hset(self._keys.stream_pending(), mapping=mapping)
+        pipe.execute()
 
     def read_namespaces(self) -> dict[str, NamespaceBundles]:
         """Current boundaries, read through the ownership store (one layout, one reader)."""
