@@ -329,19 +329,11 @@ def _play(
                 lock.wait(publisher.delivered, FIRST_WAIT_S if c == 0 else STEP_WAIT_S)
             else:
                 next_at += opts.cycle_seconds
-                while time.monotonic() < next_at:
-                    alive()
-                    time.sleep(min(0.2, max(0.0, next_at - time.monotonic())))
+                _sleep_until(next_at, alive)
             recorder.applied(c, outcomes.new())
             walls.append(time.monotonic() - started)
             if c % 10 == 9 or c == cycles - 1:
-                usage = recorder.run.usage[-1]
-                ratio = scoreboard._ratio(usage)
-                say(
-                    f"  {scenario.name} cycle {c + 1}/{cycles}: max/mean {ratio:.2f}, moves "
-                    f"{len(recorder.run.moves)}, splits {recorder.run.splits}, "
-                    f"{statistics.fmean(walls[-10:]):.1f} s/cycle"
-                )
+                say(_progress_line(scenario.name, recorder, c + 1, cycles, walls))
         if opts.cycle_seconds is not None:  # paced: let the pipeline finish the last cycles
             lock.wait(publisher.delivered, STEP_WAIT_S)
             recorder.applied(cycles - 1, outcomes.new())
@@ -350,6 +342,23 @@ def _play(
         publisher.close()
         client.close()
     return recorder, walls
+
+
+def _sleep_until(deadline: float, alive: Callable[[], None]) -> None:
+    while time.monotonic() < deadline:
+        alive()
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def _progress_line(
+    name: str, recorder: LiveRunRecorder, done: int, cycles: int, walls: Sequence[float]
+) -> str:
+    ratio = scoreboard._ratio(recorder.run.usage[-1])
+    return (
+        f"  {name} cycle {done}/{cycles}: max/mean {ratio:.2f}, moves "
+        f"{len(recorder.run.moves)}, splits {recorder.run.splits}, "
+        f"{statistics.fmean(walls[-10:]):.1f} s/cycle"
+    )
 
 
 def _wait_expired(sim: LiveSim, lock: Lockstep, broker: str, config: LoadBalancerConfig) -> None:
