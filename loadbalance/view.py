@@ -134,7 +134,8 @@ class ReportDigest:
     max_long_term_msg_throughput: float
     namespace_counts: Mapping[str, int]
     """namespace -> bundles of it in the report's ``bundles`` (placement's
-    ``loadBalancerDistributeBundlesEvenlyEnabled`` filter reads them for every broker)."""
+    ``loadBalancerDistributeBundlesEvenlyEnabled`` filter reads them for every broker; never
+    changed: ``NamespaceCounts`` copies a broker's before changing it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +262,9 @@ def _digest(report: LocalBrokerData, fresh: list[BundleData]) -> ReportDigest:
             max_rate = rate
         if thr > max_thr:
             max_thr = thr
-    ns_counts = MappingProxyType(Counter(map(bundle_namespace, bundles)))
+    # a plain dict, read-only by convention: placement looks it up for every broker of every
+    # placed bundle, and a proxy's lookup is a method call
+    ns_counts = dict(Counter(map(bundle_namespace, bundles)))
     return ReportDigest(report, ta, max_topics, max_sessions, max_rate, max_thr, ns_counts)
 
 

@@ -80,7 +80,7 @@ class LeastLongTermMessageRate:
     ) -> tuple[None, str | None]:
         threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
         base, overloaded = self._base_scores(view, threshold)
-        known = sorted(c for c in set(candidates) if c in base)
+        known = sorted(set(candidates).intersection(base))
         if not known:
             return None, None
         # long_term_score per candidate: the same additions, the broker's part read once per view
