@@ -5,8 +5,9 @@ short/long-term averages) to Redis; an assignment reads it, keeps only brokers t
 the registry, and runs the configured placement strategy through
 ``loadbalance.placement.pipeline.BrokerSelector`` with the preallocations recorded in Redis, so
 bundles assigned before the destination's next report do not all land on one broker. The choice
-is recorded as a preallocation until the destination reports the bundle (the selector prunes it
-then), and the lease is acquired with a fencing token.
+is recorded as a preallocation until a report lists the bundle (``load_view`` deletes it then, as
+the fast model drops it and Pulsar's ``updateBundleData`` does), and the lease is acquired with a
+fencing token.
 
 Every lease granted here is an ownership change, so it comes back as an ``assigned``
 ``OwnershipEvent`` (``assign_with_event``, ``lookup_assign_event``); ``lookup_and_assign`` with a
@@ -77,9 +78,16 @@ def load_view(store: RedisStore, config: LoadBalancerConfig, now_ms: int) -> Clu
     snap = data.snapshot(now_ms, weights_from_config(config), brokers=live)
     if snap is None:
         return None
+    served = set().union(*(bv.report.bundles for bv in snap.view.brokers.values()))
     pre: dict[str, dict[str, BundleData]] = {}
     for b in data.brokers:
         entries = store.preallocations.of(b) if b in live else None
+        if not entries:
+            continue
+        reported = served.intersection(entries)
+        if reported:  # the bundle is served and reported now: its preallocation has ended
+            store.preallocations.forget(b, reported)
+            entries = {k: v for k, v in entries.items() if k not in reported}
         if entries:
             known = bundle_data_from_document(entries)
             pre[b] = {k: known.get(k, BundleData.new()) for k in entries}

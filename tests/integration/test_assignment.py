@@ -186,3 +186,30 @@ def test_lbctl_verbs_publish_their_ownership_changes_unless_told_not_to(
         (b, "split", "b2", None),
     ]
     assert got == expected
+
+
+def test_a_preallocation_ends_once_a_report_lists_its_bundle(fresh_redis: redis.Redis) -> None:
+    """Kept, a preallocation would count a bundle on a broker it has left since (moved away
+    before that broker reported it) and send the bundle back there on its next lookup."""
+    from controller.placement import load_view
+    from loadbalance.bundles import NamespaceBundles
+
+    store = RedisStore(fresh_redis, prefix="pa")
+    names = NamespaceBundles.initial(NS, 4).bundle_names
+    for b in ("b1", "b2"):
+        store.register_broker(b, now_ms=0, ttl_ms=10**12)
+    doc = {"shortTerm": {}, "longTerm": {}, "topics": 3}
+    store.preallocations.record("b1", names[0], doc)  # moved on to b2, which reports it
+    store.preallocations.record("b1", names[1], doc)  # nobody reports it yet
+    reports = {
+        "b1": {"report": report_to_dict(LocalBrokerData(broker="b1")), "updatedAtMs": 0},
+        "b2": {
+            "report": report_to_dict(LocalBrokerData(broker="b2", bundles=frozenset({names[0]}))),
+            "updatedAtMs": 0,
+        },
+    }
+    put_load_snapshot(store, reports, {})
+    view = load_view(store, LoadBalancerConfig(), now_ms=10)
+    assert view is not None
+    assert set(view.preallocated.get("b1", {})) == {names[1]}
+    assert set(store.preallocations.of("b1")) == {names[1]}, "the ended one is deleted in Redis"
