@@ -54,6 +54,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
@@ -211,7 +212,7 @@ class ProjectedUsageShedder:
             loads[s], loads[d] = model.load(s), model.load(d)
             counts[s] -= 1
             counts[d] += 1
-            movable[s].remove(pick)
+            _drop(movable[s], pick)
             reason = (
                 DecisionReason.OVERLOADED
                 if before_s > mean * self.trigger_ratio
@@ -348,6 +349,12 @@ class ProjectedUsageShedder:
         return best
 
 
+def _drop(cands: list[_Candidate], pick: _Candidate) -> None:
+    """Remove ``pick`` from the sorted ``cands``, found by bisection (names are unique, so
+    the tuple it finds is ``pick`` itself)."""
+    del cands[bisect.bisect_left(cands, pick)]
+
+
 def _busiest_and_idlest(loads: Mapping[str, float], stuck: set[str]) -> tuple[str, str] | None:
     """The busiest broker not stuck and the idlest one, each by (load, name); ``None`` when
     every broker is stuck. The same comparisons as ``max``/``min`` keyed on (load, name), made
@@ -419,7 +426,7 @@ def _movable(
     never a source in a cycle.
     """
     recent = view.recently_unloaded
-    lst: list[_Candidate] = []
+    raw: list[tuple[float, str, NamespaceBundleStats]] = []
     for bundle, s in view.brokers[broker].report.last_stats.items():
         if bundle in recent or bundle in pending:
             continue
@@ -427,6 +434,7 @@ def _movable(
             s.msg_rate_in + s.msg_rate_out + (s.msg_throughput_in + s.msg_throughput_out) / KBYTES
         )
         if work > 0:
-            lst.append(_Candidate(work, bundle, s))
-    lst.sort()  # (work, bundle): work > 0 above, so never a NaN
-    return lst
+            raw.append((work, bundle, s))
+    raw.sort()  # (work, bundle): work > 0 above, so never a NaN
+    # plain tuples made above, typed here in C: a _Candidate(...) call per bundle costs more
+    return list(map(tuple.__new__, repeat(_Candidate), raw))
