@@ -596,25 +596,11 @@ def knob_sets(args: argparse.Namespace) -> list[str]:
 def start_processes(args: argparse.Namespace, config: Any, sets: list[str], sup: Any) -> tuple:
     """Embedded Kafka and Redis, the topics, then ``lbctl stream`` and ``lbctl control`` as
     ``lbctl run`` starts them; (bootstrap servers, Redis URL)."""
-    from infra.embedded import EmbeddedKafka, EmbeddedRedis
-    from infra.topics import ensure_topics
-    from lbctl.run_cmd import SPARK_ENV
-    from lbctl.supervisor import lbctl_argv
+    from infra.config_loading import ensure_pipeline_topics
+    from lbctl.supervisor import SPARK_ENV, lbctl_argv
 
-    kafka = EmbeddedKafka(sup.run_dir / "services")
-    kafka.start()
-    sup.add_service("kafka", kafka)
-    redis_server = EmbeddedRedis(sup.run_dir / "services")
-    redis_server.start()
-    sup.add_service("redis", redis_server)
-    bs, url = kafka.bootstrap_servers, redis_server.url
-    topics = (
-        config.load_reports_topic,
-        config.decisions_topic,
-        config.dead_letters_topic,
-        config.ownership_events_topic,
-    )
-    ensure_topics(bs, dict.fromkeys(topics, config.topic_partitions))
+    bs, url = sup.start_embedded(sup.run_dir / "services")
+    ensure_pipeline_topics(bs, config)
     common = [a for s in sets for a in ("--set", s)]
     where = ["--bootstrap-servers", bs, "--redis-url", url]
     checkpoint = ["--checkpoint", str(sup.run_dir / "checkpoint")]

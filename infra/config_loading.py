@@ -121,3 +121,19 @@ def kafka_security(config: LoadBalancerConfig) -> dict[str, str]:
     """librdkafka security settings from the configuration (only those that are set): the one
     place the Kafka clients of every process take their ``security.protocol``/SASL/TLS from."""
     return dict(config.kafka_client_settings())
+
+
+def ensure_pipeline_topics(bootstrap_servers: str, config: LoadBalancerConfig) -> None:
+    """Create the product's four topics (load reports, decisions, dead letters, ownership
+    events) with the configured partitions, where they do not exist yet."""
+    from infra.topics import ensure_topics
+
+    topics = (
+        config.load_reports_topic,
+        config.decisions_topic,
+        config.dead_letters_topic,
+        config.ownership_events_topic,
+    )
+    ensure_topics(
+        bootstrap_servers, dict.fromkeys(topics, config.topic_partitions), kafka_security(config)
+    )

@@ -47,12 +47,10 @@ from typing import Any
 
 import redis
 
-from infra.config_loading import kafka_security
-from infra.embedded import EmbeddedKafka, EmbeddedRedis
+from infra.config_loading import ensure_pipeline_topics, kafka_security
 from infra.offsets import GroupOffsets, latest_offsets, partitions_for
-from infra.topics import ensure_topics
 from lbctl.monitor_lag import checkpoint_offsets
-from lbctl.supervisor import Supervisor, lbctl_argv
+from lbctl.supervisor import SPARK_ENV, Supervisor, lbctl_argv
 from loadbalance.config import LoadBalancerConfig, knob_text, load_config
 from metadata_store.outcomes import OutcomeLog
 from metadata_store.ownership_redis import RedisStore
@@ -65,8 +63,6 @@ from producers.scenarios import Scenario, load_scenario
 
 log = logging.getLogger("lbctl.bench.live")
 
-# Spark's console progress bar would fill the stream's log with carriage-return noise
-SPARK_ENV = {"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.showConsoleProgress=false pyspark-shell"}
 FIRST_WAIT_S = 300.0  # the first cycle waits for Spark to start and run its first batch
 STEP_WAIT_S = 120.0  # any later cycle: the pipeline is stuck if it takes longer than this
 RENEW_EVERY_S = 3.0  # heartbeats while waiting, well inside the 30 s lease and registration
@@ -237,22 +233,8 @@ def play_live(
     t0 = time.monotonic()
     sup = Supervisor(run_dir)
     try:
-        kafka = EmbeddedKafka(run_dir / "services")
-        kafka.start()
-        sup.add_service("kafka", kafka)
-        redis_server = EmbeddedRedis(run_dir / "services", data_dir=run_dir / "redis-data")
-        redis_server.start()
-        sup.add_service("redis", redis_server)
-        bootstrap, redis_url = kafka.bootstrap_servers, redis_server.url
-        topics = (
-            config.load_reports_topic,
-            config.decisions_topic,
-            config.dead_letters_topic,
-            config.ownership_events_topic,
-        )
-        ensure_topics(
-            bootstrap, dict.fromkeys(topics, config.topic_partitions), kafka_security(config)
-        )
+        bootstrap, redis_url = sup.start_embedded(run_dir / "services", run_dir / "redis-data")
+        ensure_pipeline_topics(bootstrap, config)
         checkpoint = (run_dir / "checkpoint").resolve()
         where = ["--bootstrap-servers", bootstrap, "--redis-url", redis_url]
         common = [a for s in sets for a in ("--set", s)]

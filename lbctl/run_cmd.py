@@ -41,13 +41,12 @@ from typing import Any
 import redis
 from rich.live import Live
 
-from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from infra.config_loading import add_config_arguments, ensure_pipeline_topics, load_from_args
 from infra.embedded import EmbeddedKafka, EmbeddedRedis, ServiceError
-from infra.topics import ensure_topics
 from lbctl.monitor_cmd import build_monitor, plain_line, record, render
 from lbctl.plots import UsageHistory, write_usage_png
 from lbctl.run_fast import DEFAULT_RUN_ROOT, run_fast
-from lbctl.supervisor import Supervisor, lbctl_argv
+from lbctl.supervisor import SPARK_ENV, Supervisor, lbctl_argv
 from loadbalance.config import ConfigError, LoadBalancerConfig, knob_text
 from loadbalance.errors import InvalidInput
 from metadata_store.progress import RedisProgress
@@ -62,8 +61,6 @@ DEFAULT_PAIR = "ours"
 # so hot_bundle splits at the first streaming batch and balances with Pulsar's own defaults
 # (times in README, "lbctl run").
 DEMO_KNOBS: dict[str, str] = {}
-# Spark's console progress bar would fill the stream's log file with carriage-return noise
-SPARK_ENV = {"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.showConsoleProgress=false pyspark-shell"}
 CATCH_UP_LIMIT_S = 240.0  # after the simulator's last cycle, wait at most this for the job
 
 log = logging.getLogger("lbctl.run")
@@ -334,13 +331,7 @@ def _prepare(
     """Create the topics; choose the checkpoint; drop Redis progress a new checkpoint would
     contradict (its batch ids restart at 0, and the job skips ids it has already completed)."""
 
-    topics = (
-        config.load_reports_topic,
-        config.decisions_topic,
-        config.dead_letters_topic,
-        config.ownership_events_topic,
-    )
-    ensure_topics(bootstrap, dict.fromkeys(topics, config.topic_partitions), kafka_security(config))
+    ensure_pipeline_topics(bootstrap, config)
     if args.checkpoint is not None:
         checkpoint = args.checkpoint
     elif args.bootstrap_servers or config.kafka_bootstrap_servers:

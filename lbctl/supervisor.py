@@ -76,6 +76,10 @@ class Exited:
     error: str = ""  # the log's last exception line, often far above a JVM's closing noise
 
 
+# Spark's console progress bar would fill the stream's log file with carriage-return noise
+SPARK_ENV = {"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.showConsoleProgress=false pyspark-shell"}
+
+
 def lbctl_argv(*args: str, log_level: str = "INFO") -> list[str]:
     """The command line of an ``lbctl`` verb run with this interpreter."""
     return [sys.executable, "-u", "-m", "lbctl.main", "--log-level", log_level, *args]
@@ -99,6 +103,19 @@ class Supervisor:
         """Record an embedded server already started (it is stopped last, after the children)."""
         self.services.append((name, service))
         self._write_children()
+
+    def start_embedded(self, services_dir: Path, redis_data: Path | None = None) -> tuple[str, str]:
+        """Start an embedded Kafka-protocol broker and Redis on free loopback ports, stopped
+        with the children; (bootstrap servers, Redis URL)."""
+        from infra.embedded import EmbeddedKafka, EmbeddedRedis
+
+        kafka = EmbeddedKafka(services_dir)
+        kafka.start()
+        self.add_service("kafka", kafka)
+        redis_server = EmbeddedRedis(services_dir, data_dir=redis_data)
+        redis_server.start()
+        self.add_service("redis", redis_server)
+        return kafka.bootstrap_servers, redis_server.url
 
     def start(
         self,
