@@ -16,10 +16,12 @@ Run it with ``lbctl stream ...``, ``python -m streaming.submit ...`` or
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -27,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
 from infra import metrics
+from infra.offsets import earliest_offsets
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
 from streaming.checkpoint_settings import DEFAULT_SHARDS, check_shards
@@ -37,6 +40,10 @@ from streaming.source import read_kafka_stream, resolve_source
 from streaming.state import LoadStateProcessor
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+log = logging.getLogger(__name__)
+Offsets = Mapping[str, Mapping[str, int]]  # topic -> partition (as text) -> offset
 
 
 @dataclass(frozen=True)
@@ -168,9 +175,29 @@ def start_query(
     elif settings.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
     listener = progress_listener(spark)
+    first_start = _first_batch_start(settings, config)
     query = writer.start()
-    listener.watch(str(query.id), resolve_source(spark, settings.source) != "python")
+    listener.watch(str(query.id), resolve_source(spark, settings.source) != "python", first_start)
     return query
+
+
+def _first_batch_start(settings: StreamSettings, config: LoadBalancerConfig) -> Offsets | None:
+    """Where a new checkpoint's first batch starts reading, for counting its records: Spark's
+    progress gives no start offsets for that batch. Known for ``earliest`` (the log's first
+    offsets, read now, as the source reads them when it starts); None when the checkpoint
+    already has batches (their progress has both ends) or the start is another spec."""
+    offsets_dir = Path(settings.checkpoint) / "offsets"
+    if offsets_dir.is_dir() and any(offsets_dir.iterdir()):
+        return None
+    if settings.starting_offsets.strip().lower() != "earliest":
+        return None
+    topic = config.load_reports_topic
+    try:
+        low = earliest_offsets(settings.bootstrap_servers, topic, settings.client_config or None)
+    except Exception as e:  # a metric only: never a reason not to start
+        log.warning("cannot read where %s starts (first batch not counted): %s", topic, e)
+        return None
+    return {topic: {str(p): o for p, o in low.items()}}
 
 
 _LISTENERS: dict[int, Any] = {}
@@ -192,21 +219,28 @@ def progress_listener(spark: Any) -> Any:
     class InputRowsListener(StreamingQueryListener):
         def __init__(self) -> None:
             self.queries: dict[str, bool] = {}  # query id -> whether its input rows are records
+            self.first_starts: dict[str, Offsets] = {}  # query id -> a new checkpoint's start
 
-        def watch(self, query_id: str, rows_are_records: bool) -> None:
+        def watch(
+            self, query_id: str, rows_are_records: bool, first_start: Offsets | None = None
+        ) -> None:
             self.queries[query_id] = rows_are_records
+            if first_start is not None:
+                self.first_starts[query_id] = first_start
 
         def onQueryStarted(self, event: Any) -> None:
             pass
 
         def onQueryProgress(self, event: Any) -> None:
             progress = event.progress
-            if str(progress.id) in self.queries:
+            qid = str(progress.id)
+            if qid in self.queries:
                 records = records_read(progress.sources)
-                if records is None and self.queries[str(progress.id)]:
+                if records is None and qid in self.first_starts:
+                    # the first batch of a new checkpoint: Spark does not say where it started
+                    records = records_read(progress.sources, self.first_starts.pop(qid))
+                if records is None and self.queries[qid]:
                     records = int(progress.numInputRows or 0)  # its rows are the records
-                # else the first batch of a new checkpoint, whose start Spark does not say:
-                # not counted (its records are counted by no later batch either)
                 metrics.STREAM_INPUT_ROWS.inc(max(0, records or 0))
 
         def onQueryIdle(self, event: Any) -> None:
@@ -221,11 +255,20 @@ def progress_listener(spark: Any) -> Any:
     return listener
 
 
-def records_read(sources: Any, unknown_start: int | None = None) -> int | None:
+def _offsets(value: Any) -> Any:
+    """A progress offset: JSON text or already parsed. A first batch's start is null, or the
+    text ``None`` (the Python data source's progress writes it so)."""
+    if isinstance(value, str):
+        return None if value.strip() in ("", "None", "null") else json.loads(value)
+    return value
+
+
+def records_read(sources: Any, unknown_start: int | Offsets | None = None) -> int | None:
     """Kafka records a batch read, from its sources' start and end offsets (``{"topic":
     {"partition": offset}}``, both Kafka sources' form). Spark gives no start offsets for the
-    first batch of a new checkpoint: then every partition is taken to start at
-    ``unknown_start``, and with None the answer is None.
+    first batch of a new checkpoint: then each partition is taken to start at
+    ``unknown_start`` (one offset for all, or per topic and partition), and with None the
+    answer is None.
 
     Why not ``numInputRows``: the Python source parses as it reads, so its rows are parse
     rows (a report's row and one per state shard it touches), not records."""
@@ -233,16 +276,17 @@ def records_read(sources: Any, unknown_start: int | None = None) -> int | None:
     for source in sources or ():
         get = source.get if isinstance(source, dict) else lambda k, s=source: getattr(s, k)
         try:
-            # JSON text, or already parsed; a first batch's start is null either way
-            start, end = (json.loads(o) if isinstance(o, str) else o
-                          for o in (get("startOffset"), get("endOffset")))  # fmt: skip
+            start, end = (_offsets(get("startOffset")), _offsets(get("endOffset")))
             if end is None or (start is None and unknown_start is None):
                 return None
             start = start or {}
             for topic, ends in end.items():
                 begins = start.get(topic, {})
                 for partition, stop in ends.items():
-                    first = stop if unknown_start is None else unknown_start
+                    if isinstance(unknown_start, Mapping):
+                        first = unknown_start.get(topic, {}).get(partition, stop)
+                    else:
+                        first = stop if unknown_start is None else unknown_start
                     total += int(stop) - int(begins.get(partition, first))
         except (ValueError, AttributeError, TypeError):
             return None

@@ -118,3 +118,12 @@ def test_records_read_counts_kafka_records_from_the_batch_offsets():
     first = [{"startOffset": None, "endOffset": '{"t": {"0": 3, "1": 4}}'}]
     assert records_read(first) is None
     assert records_read(first, unknown_start=0) == 7
+
+
+def test_a_new_checkpoints_first_batch_is_counted_from_where_the_log_starts():
+    """The Python data source's progress writes a first batch's start as the text ``None``;
+    the job knows the start (earliest: the log's first offsets) and counts from there."""
+    first = [{"startOffset": "None", "endOffset": '{"t": {"0": 14, "1": 4}}'}]
+    assert records_read(first) is None
+    assert records_read(first, {"t": {"0": 0, "1": 2}}) == 16
+    assert records_read(first, {"t": {"0": 10}}) == 4  # a partition it does not know: not counted
