@@ -285,6 +285,7 @@ def main() -> int:
     ap.add_argument("--trigger-seconds", type=float, default=1.0)
     ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
     ap.add_argument("--source", default="auto", choices=("auto", "kafka", "python"))
+    ap.add_argument("--driver-memory", default=None, help="spark.driver.memory, e.g. 3g")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jfr", metavar="FILE", default=None,
                     help="record a Java Flight Recording of Spark's JVM over the backlog "
@@ -334,7 +335,7 @@ def main() -> int:
 
         timings = str(work / "stage-timings.txt")
         os.environ[stage_timing.ENV] = timings  # inherited by Spark's Python workers
-        spark = spark_session("local[2]", 2)
+        spark = spark_session("local[2]", 2, args.driver_memory)
         spark.sparkContext.setLogLevel("ERROR")
         settings = StreamSettings(
             bootstrap_servers=bs,

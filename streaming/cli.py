@@ -73,6 +73,13 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         "local[2])",
     )
     parser.add_argument(
+        "--driver-memory",
+        default=None,
+        metavar="SIZE",
+        help="heap of the driver JVM this command starts, e.g. 3g (spark.driver.memory; "
+        "Spark's default 1g is too small for about a million bundles)",
+    )
+    parser.add_argument(
         "--source",
         choices=("auto", "kafka", "python"),
         default="auto",
@@ -172,7 +179,7 @@ def run_stream(args: argparse.Namespace) -> int:
     settings = _stream_settings(args, bootstrap, config.redis_url, client_config)
     if settings.redis_url is None:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")
-    spark = spark_session(args.master, args.shuffle_partitions)
+    spark = spark_session(args.master, args.shuffle_partitions, args.driver_memory)
     secrets = tuple(config.secret_values())
 
     def start(on_batch: Callable[[Any], None]) -> Any:

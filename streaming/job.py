@@ -69,8 +69,15 @@ class StreamSettings:
     background_cycles: bool = False
 
 
-def spark_session(master: str | None = "local[2]", shuffle_partitions: int = 2) -> Any:
+def spark_session(
+    master: str | None = "local[2]", shuffle_partitions: int = 2, driver_memory: str | None = None
+) -> Any:
     """A session with what the job needs: RocksDB state store and Arrow for pandas.
+
+    ``driver_memory`` (``spark.driver.memory``, e.g. ``3g``) sizes the driver JVM's heap when
+    this process starts the JVM (Spark's default is 1 GB): the decision stage collects each
+    batch's state output there, which at a million bundles is hundreds of MB. A driver that
+    spark-submit already started keeps the heap spark-submit gave it.
 
     ``master=None`` keeps the master of ``spark-submit --master`` when spark-submit launched
     this process, and is ``local[2]`` otherwise: a master set here would win over
@@ -83,6 +90,8 @@ def spark_session(master: str | None = "local[2]", shuffle_partitions: int = 2) 
         master = "local[2]"  # not launched by spark-submit (which sets that variable)
     if master is not None:
         builder = builder.master(master)
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
     return (
         builder.appName("pulsar-lb-stream")
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
