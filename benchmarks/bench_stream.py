@@ -244,6 +244,69 @@ def python_workers() -> set[int]:
     return out
 
 
+class MemorySampler:
+    """Peak memory of the job's processes, sampled twice a second in a background thread.
+
+    What is counted: the driver's JVM heap in use (``Runtime.totalMemory - freeMemory``, read
+    through the session's py4j gateway) and its limit, the JVM's resident set, this driver
+    process's resident set (the decision stage's view and the batch it collected), and the
+    sum of the proportional set sizes of Spark's Python workers (state step and source; they
+    are forked from one daemon and share pages, so resident sets would count those twice). Tansu and
+    Redis are not counted: they stand in for services a real deployment runs elsewhere."""
+
+    def __init__(self, spark: object) -> None:
+        self.spark = spark
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def start(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def reset(self) -> dict[str, float]:
+        """The peaks so far (MB), and start afresh (one figure per phase)."""
+        out, self.peaks = self.peaks, {}
+        return {k: round(v) for k, v in out.items()}
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.reset()
+
+    def _sample(self) -> dict[str, float]:
+        import psutil
+
+        mb = 1024 * 1024
+        me = psutil.Process()
+        out = {"driver_python_rss_mb": me.memory_info().rss / mb, "python_workers_pss_mb": 0.0}
+        for p in me.children(recursive=True):
+            try:
+                head = " ".join(p.cmdline()[:4])
+                if "java" in head.split(" ", 1)[0]:
+                    out["driver_jvm_rss_mb"] = p.memory_info().rss / mb
+                elif "pyspark" in head:  # proportional: forked workers share pages
+                    out["python_workers_pss_mb"] += p.memory_full_info().pss / mb
+            except psutil.Error:
+                pass
+        try:
+            runtime = self.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[attr-defined]
+            out["driver_heap_used_mb"] = (runtime.totalMemory() - runtime.freeMemory()) / mb
+            out["driver_heap_max_mb"] = runtime.maxMemory() / mb
+        except Exception:  # the session is stopping
+            pass
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                sample = self._sample()
+            except Exception:
+                continue
+            for k, v in sample.items():
+                self.peaks[k] = max(self.peaks.get(k, 0.0), v)
+
+
 def jcmd(*command: str) -> bool:
     """Run ``jcmd <Spark's JVM> command...``; whether it ran."""
     import subprocess
@@ -348,6 +411,7 @@ def main() -> int:
             background_cycles=args.background_cycles,
         )
         cpu_before = process_cpu()
+        memory = MemorySampler(spark).start()
         query = start_query(spark, settings, config, on_batch=on_batch)
         last_ts = t0_ms + (args.rounds - 1) * step_ms + args.brokers - 1
         deadline = time.time() + 1800
@@ -415,7 +479,10 @@ def main() -> int:
               f"{all_rows / wall * args.bundles:,.0f} over all {len(progress)} "
               f"({wall:.1f} s)")  # fmt: skip
         print(f"job / plain consumer: {job_rps / baseline_rps:.3f}; load average {loadavg()}")
+        memory_backlog = memory.reset()
+        print("peak memory during the backlog (MB):", memory_backlog)
         if args.backlog_only:
+            memory.stop()
             query.stop()
             spark.stop()
             return 0
@@ -448,6 +515,8 @@ def main() -> int:
         state = query.lastProgress["stateOperators"][0] if query.lastProgress else {}
         sst = state.get("customMetrics", {}).get("rocksdbSstFileSize", 0)
         rows_total = state.get("numRowsTotal", 0)
+        memory_live = memory.stop()
+        print("peak memory during the live phase (MB):", memory_live)
         query.stop()
         spark.stop()
 
@@ -477,10 +546,16 @@ def main() -> int:
         "state_rows": rows_total,
         "spark_plan_ms_per_batch": round(spark_ms),
         "decision_stage_ms_per_batch": round(driver_ms),
+        "peak_memory_backlog_mb": memory_backlog,
+        "peak_memory_live_mb": memory_live,
     }
     print(json.dumps(figures, indent=2))
     print_doc_table(args, figures)
     return 0
+
+
+def _mb(peaks: dict[str, float], key: str) -> str:
+    return f"{peaks[key]:,.0f}" if key in peaks else "n/a"
 
 
 def print_doc_table(args: argparse.Namespace, f: dict) -> None:
@@ -508,6 +583,13 @@ Script: `benchmarks/bench_stream.py` (method in its docstring). Command, on the 
 {f["latency_p50_ms"]:,} / {f["latency_p99_ms"]:,} |
 | state blob per bundle (bytes) | {f["state_blob_bytes_per_bundle"]} |
 | RocksDB SST per bundle (bytes) | {f["rocksdb_sst_bytes_per_bundle"]} |
+| peak driver heap used / limit, live (MB) | \
+{_mb(f["peak_memory_live_mb"], "driver_heap_used_mb")} / \
+{_mb(f["peak_memory_live_mb"], "driver_heap_max_mb")} |
+| peak memory, live: driver JVM RSS / driver Python RSS / Python workers PSS (MB) | \
+{_mb(f["peak_memory_live_mb"], "driver_jvm_rss_mb")} / \
+{_mb(f["peak_memory_live_mb"], "driver_python_rss_mb")} / \
+{_mb(f["peak_memory_live_mb"], "python_workers_pss_mb")} |
 """
     print(text)
 
