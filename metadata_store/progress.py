@@ -71,6 +71,15 @@ def namespaces_from_json(text: str | bytes) -> dict[str, NamespaceBundles]:
     return {ns: NamespaceBundles(ns, tuple(b)) for ns, b in json.loads(text).items()}
 
 
+@dataclass(frozen=True)
+class PendingCycle:
+    """What a batch recorded before committing ``cycle_pending``: the namespaces' boundaries
+    and, when the job read them, the registry's live brokers (None: not recorded)."""
+
+    namespaces: dict[str, NamespaceBundles]
+    brokers: list[str] | None
+
+
 class ProgressStore(Protocol):
     """What the streaming job asks of its progress store (Redis, or memory for local runs)."""
 
@@ -78,9 +87,7 @@ class ProgressStore(Protocol):
 
     def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]: ...
 
-    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None: ...
-
-    def pending_brokers(self, batch: int) -> list[str] | None: ...
+    def pending(self, batch: int) -> PendingCycle | None: ...
 
     def set_pending(
         self,
@@ -167,19 +174,27 @@ class RedisProgress:
         data = self.snapshot.read()
         return dict(data.brokers_raw), dict(data.shards)
 
-    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
+    def pending(self, batch: int) -> PendingCycle | None:
+        """Batch ``batch``'s pending-cycle record, read in one round trip; None when the record
+        is another batch's (or there is none)."""
         doc = self._r.hgetall(self._keys.stream_pending())
-        if doc and int(doc[b"batch"]) == batch:
-            return namespaces_from_json(doc[b"namespaces"])
-        return None
+        if not doc or int(doc[b"batch"]) != batch:
+            return None
+        brokers = doc.get(b"brokers")  # absent when written by a job that did not record them
+        return PendingCycle(
+            namespaces_from_json(doc[b"namespaces"]),
+            None if brokers is None else [str(b) for b in json.loads(brokers)],
+        )
+
+    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
+        record = self.pending(batch)
+        return None if record is None else record.namespaces
 
     def pending_brokers(self, batch: int) -> list[str] | None:
         """The live brokers recorded with batch ``batch``'s pending cycle; None when the record
-        is another batch's or holds none (written by a job that did not record them)."""
-        batch_raw, brokers = self._r.hmget(self._keys.stream_pending(), "batch", "brokers")
-        if batch_raw is None or int(batch_raw) != batch or brokers is None:
-            return None
-        return [str(b) for b in json.loads(brokers)]
+        is another batch's or holds none."""
+        record = self.pending(batch)
+        return None if record is None else record.brokers
 
     def set_pending(
         self,
@@ -257,10 +272,7 @@ class MemoryProgress:
     def read_snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
         return {}, {}
 
-    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
-        return None
-
-    def pending_brokers(self, batch: int) -> list[str] | None:
+    def pending(self, batch: int) -> PendingCycle | None:
         return None
 
     def set_pending(

@@ -344,7 +344,7 @@ class DecisionStage:
         self._view.apply(pdf)
         phases.mark("view_apply")
         due = bool(len(pdf)) and policies_due(progress.cycle_state, self.config, now_ms)
-        if due and self._progress_store.pending_namespaces(batch_id) is None:
+        if due and self._progress_store.pending(batch_id) is None:
             # recorded before the commit: the cycle (and any replay of it) reads these
             store = self._progress_store
             store.set_pending(batch_id, store.read_namespaces(), store.read_live_brokers())
@@ -426,12 +426,14 @@ class DecisionStage:
         (see the module docstring). ``batch``: the batch's stats and start time, to report the
         batch once its decisions are out (None when completing one after a restart)."""
         assert self._progress_store is not None and self._view is not None
-        namespaces = self._progress_store.pending_namespaces(progress.batch)
-        if namespaces is None:  # no Redis (MemoryProgress keeps no pending record)
+        pending = self._progress_store.pending(progress.batch)
+        if pending is None:  # no Redis (MemoryProgress keeps no pending record)
             namespaces = self._progress_store.read_namespaces()
-        # The registry's live brokers when the batch made the cycle due; an empty registry
-        # (agents running without Redis) leaves every reporting broker in
-        live = self._progress_store.pending_brokers(progress.batch) or None
+            live = None
+        else:
+            # The registry's live brokers when the batch made the cycle due; an empty registry
+            # (agents running without Redis) leaves every reporting broker in
+            namespaces, live = pending.namespaces, pending.brokers or None
         cycle_started = time.monotonic()
         with gc_paused():
             view = self._view.cluster_view(namespaces, live)

@@ -83,4 +83,4 @@ def test_without_redis_every_reporting_broker_takes_part() -> None:
     progress = MemoryProgress()
     assert progress.read_live_brokers() == []
     progress.set_pending(1, {}, ["b1"])
-    assert progress.pending_brokers(1) is None
+    assert progress.pending(1) is None
