@@ -146,7 +146,7 @@ class Lockstep:
     def close(self) -> None:
         self.group.close()
 
-    def _pause(self, deadline: float, waiting_for: Callable[[], str]) -> None:
+    def pause(self, deadline: float, waiting_for: Callable[[], str]) -> None:
         now = time.monotonic()
         if now > deadline:
             raise LiveRunError(f"timed out waiting for {waiting_for()}")
@@ -166,7 +166,7 @@ class Lockstep:
         made due, and the controller committed every decision published meanwhile."""
         deadline = time.monotonic() + timeout_s
         while not self.job_read(delivered):
-            self._pause(deadline, lambda: f"the streaming job to read reports up to {delivered}")
+            self.pause(deadline, lambda: f"the streaming job to read reports up to {delivered}")
         end = latest_offsets(
             self.bootstrap,
             self.config.decisions_topic,
@@ -180,7 +180,7 @@ class Lockstep:
             committed = self.group.committed(sorted(wanted))
             if all(committed.get(p, 0) >= o for p, o in wanted.items()):
                 break
-            self._pause(deadline, lambda: f"the controller to commit decisions up to {wanted}")
+            self.pause(deadline, lambda: f"the controller to commit decisions up to {wanted}")
 
 
 # -- one scenario -------------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def _sleep_until(deadline: float, alive: Callable[[], None]) -> None:
 def _progress_line(
     name: str, recorder: LiveRunRecorder, done: int, cycles: int, walls: Sequence[float]
 ) -> str:
-    ratio = scoreboard._ratio(recorder.run.usage[-1])
+    ratio = scoreboard.max_over_mean(recorder.run.usage[-1])
     return (
         f"  {name} cycle {done}/{cycles}: max/mean {ratio:.2f}, moves "
         f"{len(recorder.run.moves)}, splits {recorder.run.splits}, "
@@ -352,7 +352,7 @@ def _wait_expired(sim: LiveSim, lock: Lockstep, broker: str, config: LoadBalance
         return sum(1 for lease in leases.values() if lease.broker == broker)
 
     while held():
-        lock._pause(deadline, lambda: f"the leases of crashed {broker} to expire")
+        lock.pause(deadline, lambda: f"the leases of crashed {broker} to expire")
 
 
 # -- every scenario -----------------------------------------------------------------------------
@@ -403,7 +403,7 @@ def trace(run: SimRun) -> dict[str, Any]:
     """What a run did cycle by cycle, for finding where live and fast part: max/mean usage
     per cycle and every move (cycle, bundle, from, to, kind)."""
     return {
-        "maxOverMean": [round(scoreboard._ratio(u), 3) for u in run.usage],
+        "maxOverMean": [round(scoreboard.max_over_mean(u), 3) for u in run.usage],
         "moves": [[m.cycle, m.bundle, m.source, m.destination, str(m.kind)] for m in run.moves],
         "eventCycles": list(run.event_cycles),
     }
@@ -426,7 +426,7 @@ HEADER = (
 
 
 def _both(result: LiveResult, key: str) -> str:
-    return f"{scoreboard._cell(result.fast, key)} / {scoreboard._cell(result.live, key)}"
+    return f"{scoreboard.cell(result.fast, key)} / {scoreboard.cell(result.live, key)}"
 
 
 def row(result: LiveResult) -> list[str]:

@@ -149,7 +149,8 @@ class Score:
     series_mean_pct: list[float] = field(default_factory=list, repr=False)
 
 
-def _ratio(usage: Mapping[str, float]) -> float:
+def max_over_mean(usage: Mapping[str, float]) -> float:
+    """The busiest broker's usage over the mean (inf for no brokers or an idle cluster)."""
     if not usage:
         return float("inf")
     mean = sum(usage.values()) / len(usage)
@@ -229,7 +230,7 @@ def score_run(
 ) -> Score:
     """Turn one run's recordings into a scoreboard row (``tick_seconds``: one report interval,
     the scenario's cycle, for bytes moved)."""
-    ratios = [_ratio(u) for u in run.usage]
+    ratios = [max_over_mean(u) for u in run.usage]
     start = max(run.event_cycles, default=0)
     first_event = min(run.event_cycles, default=None)
     useful = churn = None
@@ -313,7 +314,8 @@ COLUMNS = (
 )
 
 
-def _cell(score: Score, key: str) -> str:
+def cell(score: Score, key: str) -> str:
+    """One figure of a score as the scoreboard's tables print it."""
     value = getattr(score, key)
     if key == "balanced_after" and value is None:
         return "never"
@@ -325,7 +327,7 @@ def _cell(score: Score, key: str) -> str:
 
 
 def to_rows(scores: Sequence[Score]) -> list[list[str]]:
-    return [[_cell(s, k) for k, _ in COLUMNS] for s in scores]
+    return [[cell(s, k) for k, _ in COLUMNS] for s in scores]
 
 
 def to_markdown(scores: Sequence[Score]) -> str:
