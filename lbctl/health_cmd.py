@@ -21,6 +21,15 @@ when it first saw the current value: the process is healthy while the value chan
 every few seconds, so that is soon after the stall). No record yet is unhealthy, which a
 container's start period absorbs.
 
+A job runs a batch only when reports arrive, so an unchanged batch id is also what an idle job
+shows (brokers report on a 10 % change or at least every
+``loadBalancerReportUpdateMaxIntervalMinutes``). With ``--checkpoint`` (the probe runs where the
+job's Spark checkpoint is readable) the probe tells the two apart: it compares the offsets of
+the job's last committed batch with the end of the load-reports topic, and an unchanged batch
+with nothing unread is idle, so healthy; with reports unread it is stuck, and the message says
+how many. Without a checkpoint, or when Kafka does not answer, an unchanged batch is judged by
+its age alone.
+
 Exit status 0 healthy, 1 not healthy (also for a bad option or an unreachable Redis or endpoint:
 container engines reserve status 2); one line on stdout says why.
 """
@@ -35,14 +44,16 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.config_loading import add_config_arguments, load_from_args
+from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from infra.offsets import latest_offsets
+from lbctl.monitor_lag import checkpoint_offsets
 from loadbalance.config import ConfigError, redact_url
 from metadata_store.progress import RedisProgress
 
@@ -95,6 +106,23 @@ def judge(previous: Seen | None, value: str | None, now_ms: int, max_age_ms: int
         f"no progress for {age_s:.0f} s (still {value}; limit {max_age_ms / 1000:.0f} s)",
         seen,
     )
+
+
+def with_input_position(verdict: Verdict, unread: int | None, topic: str) -> Verdict:
+    """Refine a stream verdict with how many reports the job has not read (None: unknown).
+
+    Only a stale batch changes: with nothing unread the job is idle, not stuck, and is
+    healthy; the value and the time it was first seen are kept either way, so the job is
+    judged stuck as soon as reports arrive and the batch still does not move."""
+    if verdict.healthy or verdict.seen is None or unread is None:
+        return verdict
+    if unread == 0:
+        return Verdict(
+            True,
+            f"idle: {verdict.seen.value} unchanged, every report on {topic} read",
+            verdict.seen,
+        )
+    return Verdict(False, f"{verdict.message}; {unread} reports unread on {topic}", verdict.seen)
 
 
 def load_seen(path: Path) -> Seen | None:
@@ -162,6 +190,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--redis-url", default=None, help="stream: Redis URL (default: config)")
     p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="stream: the job's Spark checkpoint folder, where the probe can read it; an "
+        "unchanged batch with every report on the topic read is then idle (healthy), one with "
+        "reports unread is stuck (needs kafkaBootstrapServers)",
+    )
+    p.add_argument(
         "--metrics-url",
         default=DEFAULT_METRICS_URL,
         help=f"control, simulate, agent: the process's metrics URL (default {DEFAULT_METRICS_URL})",
@@ -189,6 +225,8 @@ def run_health(args: argparse.Namespace) -> int:
         return UNHEALTHY
     state_file = args.state_file or default_state_file(args.process, source)
     verdict = judge(load_seen(state_file), value, int(time.time() * 1000), int(max_age_s * 1000))
+    if args.process == "stream" and args.checkpoint is not None:
+        verdict = _with_stream_input(verdict, args)
     try:
         save_seen(state_file, verdict.seen)
     except OSError as e:  # a probe that cannot remember cannot detect a stall: say so
@@ -222,6 +260,30 @@ def _read_stream(args: argparse.Namespace) -> tuple[str | None, str]:
     finally:
         client.close()
     return value, f"{url}|{config.redis_key_prefix}"
+
+
+def _with_stream_input(verdict: Verdict, args: argparse.Namespace) -> Verdict:
+    """``with_input_position`` with the job's unread reports, read only for a stale batch (a
+    Kafka round trip per probe otherwise buys nothing)."""
+    if verdict.healthy or verdict.seen is None:
+        return verdict
+    config = load_from_args(args, quiet=True)  # read once already by _read_stream
+    topic = config.load_reports_topic
+    processed = checkpoint_offsets(args.checkpoint, topic)
+    if processed is None:
+        return replace(
+            verdict, message=f"{verdict.message}; no committed batch in {args.checkpoint}"
+        )
+    if not config.kafka_bootstrap_servers:
+        return replace(verdict, message=f"{verdict.message}; set kafkaBootstrapServers to compare")
+    try:
+        end = latest_offsets(
+            config.kafka_bootstrap_servers, topic, kafka_security(config) or None, timeout_s=5.0
+        )
+    except Exception as e:  # Kafka away: the age alone decides
+        return replace(verdict, message=f"{verdict.message}; Kafka unreadable: {e}")
+    unread = sum(max(0, o - processed.get(p, 0)) for p, o in end.items())
+    return with_input_position(verdict, unread, topic)
 
 
 def _read_counter(url: str, sample_name: str) -> tuple[str | None, str]:

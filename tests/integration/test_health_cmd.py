@@ -89,3 +89,54 @@ def test_control_probe_follows_the_sweep_counter_on_the_metrics_endpoint(
         assert _probe(capsys, *args)[0] == 0
     finally:
         metrics.stop_all()
+
+
+def _spark_checkpoint(root: Path, topic: str, committed: dict[str, int]) -> Path:
+    """A checkpoint as Spark leaves it after committing batch 5 at ``committed``."""
+    import json
+
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}})
+    (root / "offsets" / "5").write_text(f"v1\n{meta}\n{json.dumps({topic: committed})}")
+    (root / "commits" / "5").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    return root
+
+
+def test_with_the_checkpoint_an_idle_job_is_healthy_and_a_stuck_one_says_what_is_unread(
+    redis_url: str, fresh_redis: redis.Redis, kafka_bootstrap: str, unique_topic, tmp_path: Path,
+    capsys,
+) -> None:  # fmt: skip
+    """A job with nothing to read runs no batch: with ``--checkpoint`` the probe compares the
+    last committed batch's offsets with the topic's end, so an unchanged batch is idle when
+    every report is read and stuck when some are not."""
+    from confluent_kafka import Producer
+
+    from lbctl.health_cmd import Seen
+
+    topic = unique_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(5):
+        producer.produce(topic, key=f"b{i}", value=b"{}", partition=i % 2)
+    producer.flush(10)
+    RedisProgress(fresh_redis, "lb").commit(Progress(batch=5, now_ms=1), {}, [], {}, [])
+    state = tmp_path / "stream.json"
+    base = [
+        "stream", "--redis-url", redis_url, "--max-age-s", "60", "--state-file", str(state),
+        "--set", f"kafkaBootstrapServers={kafka_bootstrap}", "--set", f"loadReportsTopic={topic}",
+    ]  # fmt: skip
+    stale = Seen("batch 5", int(time.time() * 1000) - 120_000)
+
+    read_all = _spark_checkpoint(tmp_path / "all", topic, {"0": 3, "1": 2})
+    save_seen(state, stale)
+    code, out = _probe(capsys, *base, "--checkpoint", str(read_all))
+    assert code == 0 and out.startswith("stream: healthy: idle: batch 5 unchanged"), out
+
+    behind = _spark_checkpoint(tmp_path / "behind", topic, {"0": 1, "1": 2})
+    save_seen(state, stale)
+    code, out = _probe(capsys, *base, "--checkpoint", str(behind))
+    assert code == 1 and "no progress for 120 s" in out and "2 reports unread" in out, out
+
+    # without the checkpoint the age alone decides, as before
+    save_seen(state, stale)
+    assert _probe(capsys, *base)[0] == 1

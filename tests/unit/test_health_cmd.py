@@ -56,3 +56,20 @@ def test_counter_total_sums_label_sets_and_tells_an_absent_counter() -> None:
     )
     assert counter_total(text, "lbctl_agent_checks_total") == 7.0
     assert counter_total(text, "lbctl_control_sweeps_total") is None
+
+
+def test_input_position_turns_only_a_stale_batch_with_nothing_unread_into_idle() -> None:
+    from lbctl.health_cmd import Verdict, with_input_position
+
+    stale = judge(Seen("batch 5", 0), "batch 5", 120_000, 60_000)
+    assert not stale.healthy
+    idle = with_input_position(stale, 0, "reports")
+    assert idle.healthy and idle.message.startswith("idle:") and idle.seen == stale.seen
+    stuck = with_input_position(stale, 3, "reports")
+    assert not stuck.healthy and "3 reports unread on reports" in stuck.message
+    assert with_input_position(stale, None, "reports") == stale  # unknown: the age decides
+    fresh = judge(Seen("batch 5", 0), "batch 6", 120_000, 60_000)
+    assert with_input_position(fresh, 9, "reports") == fresh
+    nothing = judge(None, None, 0, 60_000)  # no record at all is never idle
+    assert with_input_position(nothing, 0, "reports") == nothing
+    assert isinstance(nothing, Verdict)
