@@ -57,6 +57,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # a dependency of the project; a runtime that lacks it (an executor image) decodes with json
+    import orjson
+except ImportError:  # pragma: no cover - exercised only where orjson is not installed
+    orjson = None
+
 from loadbalance.bundles import BundleRange, parse_bundle
 from loadbalance.errors import InvalidInput, InvalidReport
 from loadbalance.model import (
@@ -249,14 +254,72 @@ def load_report_document(
         raise InvalidReport("record", "empty record value")
     if len(raw) > max_bytes:
         raise InvalidReport("record", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
-    try:
-        # strict UTF-8 first: json.loads(bytes) would let encoded surrogates through
-        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
-        doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise InvalidReport("record", f"not valid JSON ({type(e).__name__})") from None
+    doc = _fast_json(raw)
+    if doc is None:
+        try:
+            # strict UTF-8 first: json.loads(bytes) would let encoded surrogates through
+            text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+            doc = json.loads(text)
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise InvalidReport("record", f"not valid JSON ({type(e).__name__})") from None
     if not isinstance(doc, dict):
         raise InvalidReport("record", f"must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+# Digits mapped to "0": a run of _LONG_DIGITS in the mapped bytes that is not a fraction or a
+# mantissa is possibly an integer beyond 64 bits, which orjson reads as a float (below).
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 19
+_ZERO, _DOT = ord("0"), ord(".")
+
+
+def _may_hold_a_wide_integer(raw: bytes | bytearray) -> bool:
+    """Whether ``raw`` holds a run of 19 or more digits not preceded by "." nor followed by
+    ".", "e" or "E" (so possibly an integer literal outside [-2^63, 2^64)); runs inside strings
+    count too, which only costs speed."""
+    mapped = raw.translate(_DIGITS_AS_ZERO)
+    at = mapped.find(_LONG_DIGITS)
+    while at >= 0:
+        start, end = at, at + len(_LONG_DIGITS)
+        while start > 0 and mapped[start - 1] == _ZERO:
+            start -= 1
+        while end < len(mapped) and mapped[end] == _ZERO:
+            end += 1
+        if (start == 0 or mapped[start - 1] != _DOT) and mapped[end : end + 1] not in (
+            b".",
+            b"e",
+            b"E",
+        ):
+            return True
+        at = mapped.find(_LONG_DIGITS, end)
+    return False
+
+
+def _fast_json(raw: bytes | bytearray | str) -> Any:
+    """``json.loads`` of ``raw`` by orjson (about 4 times faster on a report), or ``None``
+    where its answer could differ from ``json.loads``', which then decides.
+
+    Why it is the same: for valid JSON both read the same values (floats correctly rounded,
+    duplicate keys last-wins in first-key order) except in three places, each sent to
+    ``json.loads``: integers outside [-2^63, 2^64) become floats in orjson (any integer
+    literal of 19 digits or more is sent, ``_may_hold_a_wide_integer``); ``NaN``,
+    ``Infinity``, a number beyond the float range and a lone surrogate escape are accepted by
+    ``json.loads`` only (orjson raises); and orjson reads containers nested up to 1024 deep
+    where ``json.loads`` raises ``RecursionError`` near 1000 (a document that
+    ``orjson.dumps``, limited to 254 levels, refuses is sent). Invalid UTF-8 and every other
+    error also go to ``json.loads``, so what is refused, and with which reason, is
+    ``json.loads``' alone. A ``str`` (not a Kafka value) goes there too.
+    """
+    if orjson is None or not isinstance(raw, (bytes, bytearray)):
+        return None
+    if _may_hold_a_wide_integer(raw):
+        return None
+    try:
+        doc = orjson.loads(raw)
+        orjson.dumps(doc)  # raises beyond 254 levels of nesting
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError, ValueError):
+        return None
     return doc
 
 

@@ -23,8 +23,9 @@ checks that it never answers differently from the per-bundle rules.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -70,6 +71,9 @@ _SUFFIX_CHARS = len("/0x00000000_0x00000000")
 _NIBBLE = np.zeros(256, dtype=np.int64)
 _NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
 _SHIFTS = np.arange(28, -1, -4, dtype=np.int64)
+# Every stats field of one bundle at once (a KeyError when one is absent: then field by field,
+# with the codec's defaults).
+_ALL_FIELDS = operator.itemgetter(*VALUE_FIELDS, *COUNT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,22 +205,27 @@ def _stats_columns(stats: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
         return np.zeros((0, 4), dtype=np.float64), np.zeros((0, 3), dtype=np.int64)
     if set(map(type, stats)) != {dict}:
         return None
+    try:  # the common case, every field present: all of them in one pass over the bundles
+        fields: list[Any] = list(zip(*map(_ALL_FIELDS, stats)))
+    except KeyError:
+        fields = [[s.get(k, 0.0) for s in stats] for k in VALUE_FIELDS]
+        fields += [[s.get(k, 0) for s in stats] for k in COUNT_FIELDS]
     values = np.empty((m, 4), dtype=np.float64)
-    for j, key in enumerate(VALUE_FIELDS):
-        col = _number_column([s.get(key, 0.0) for s in stats])
+    for j in range(len(VALUE_FIELDS)):
+        col = _number_column(fields[j])
         if col is None:
             return None
         values[:, j] = col
     counts = np.empty((m, 3), dtype=np.int64)
-    for j, key in enumerate(COUNT_FIELDS):
-        col = _number_column([s.get(key, 0) for s in stats])
+    for j in range(len(COUNT_FIELDS)):
+        col = _number_column(fields[len(VALUE_FIELDS) + j])
         if col is None or not bool(np.all(col == np.floor(col))):
             return None
         counts[:, j] = col.astype(np.int64)
     return values, counts
 
 
-def _number_column(items: list[Any]) -> np.ndarray | None:
+def _number_column(items: Sequence[Any]) -> np.ndarray | None:
     """``float(v)`` of each item as the codec's ``_number`` would accept it, or ``None``."""
     types = set(map(type, items))
     if int in types:
