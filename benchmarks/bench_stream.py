@@ -44,7 +44,7 @@ from infra.topics import ensure_topics
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
-from loadbalance.report_codec import encode_report
+from loadbalance.report_codec import DEFAULT_MAX_REPORT_BYTES, encode_report
 from streaming import stage_timing
 from streaming.decide import BatchStats
 from streaming.job import StreamSettings, records_read, spark_session, start_query
@@ -346,7 +346,8 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=2, help="partitions of the reports topic")
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--trigger-seconds", type=float, default=1.0)
-    ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                    help="reports per batch (default: the job's own cap)")  # fmt: skip
     ap.add_argument("--source", default="auto", choices=("auto", "kafka", "python"))
     ap.add_argument("--driver-memory", default=None, help="spark.driver.memory, e.g. 3g")
     ap.add_argument("--seed", type=int, default=0)
@@ -377,7 +378,10 @@ def main() -> int:
     step_ms = int(args.report_interval_s * 1000)
     with EmbeddedKafka(work) as kafka, EmbeddedRedis(work) as redis_server:
         bs = kafka.bootstrap_servers
-        config = LoadBalancerConfig(**{"maxReportBytes": 16 * 1024 * 1024})
+        # the codec's default limit (1 MB) unless a report is larger: the job's default cap of
+        # reports per batch is sized by it (streaming.kafka_source)
+        largest = max(len(v) for vs in reports for v in vs)
+        config = LoadBalancerConfig(**{"maxReportBytes": max(DEFAULT_MAX_REPORT_BYTES, largest)})
         ensure_topics(bs, {config.load_reports_topic: args.partitions,
                            config.decisions_topic: 1, config.dead_letters_topic: 1})  # fmt: skip
         t0_ms = int(time.time() * 1000) - args.rounds * step_ms - 60_000

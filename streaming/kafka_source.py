@@ -19,7 +19,14 @@ Options (case-insensitive):
   it applies to a new query only: a restarted query continues from its checkpoint;
 * ``maxOffsetsPerTrigger``: cap of records per micro-batch, shared by partitions in proportion
   to their backlog (as the built-in source does); with ``trigger(availableNow=True)`` batches
-  stay capped and together stop at the end offsets seen when the query started;
+  stay capped and together stop at the end offsets seen when the query started. Without it
+  the cap is ``default_max_offsets_per_trigger``: ``lb.maxBytesPerTrigger`` (default
+  ``DEFAULT_MAX_BYTES_PER_TRIGGER``, 1 GiB) over the largest report accepted (``lb.parse``'s
+  ``maxReportBytes``, else the codec's default of 1 MB). Why a default: a catch-up is fastest
+  in few large batches (each batch costs seconds of CPU whatever its size,
+  docs/benchmarks.md), but a batch holds its records' parse output in the shuffle and a
+  shard's samples in one state-step call, so with no cap a restart after an hour's outage
+  would take the hour in one batch;
 * ``failOnDataLoss`` (default true): fail when the log no longer holds the next offset, e.g. it
   ends before the checkpointed offsets because the in-memory broker was restarted; with
   ``false`` such partitions are re-read from earliest;
@@ -63,9 +70,11 @@ from pyspark.sql.types import StructType
 
 from infra.offsets import earliest_offsets, latest_offsets
 from infra.topics import kafka_client_config
+from loadbalance.report_codec import DEFAULT_MAX_REPORT_BYTES
 from streaming import stage_timing
 
 __all__ = [
+    "DEFAULT_MAX_BYTES_PER_TRIGGER",
     "FORMAT_NAME",
     "KAFKA_SCHEMA",
     "DataLossError",
@@ -73,6 +82,7 @@ __all__ = [
     "KafkaSourceConfig",
     "LbKafkaDataSource",
     "LbKafkaStreamReader",
+    "default_max_offsets_per_trigger",
     "register",
 ]
 
@@ -93,7 +103,24 @@ at the default 1 MB per partition a reader gets one report per round trip (a thi
 # librdkafka timestamp types -> Kafka's TimestampType ids, as the built-in source reports them
 _TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
 
+DEFAULT_MAX_BYTES_PER_TRIGGER = 1024 * 1024 * 1024
+"""Record bytes a micro-batch may read when no ``maxOffsetsPerTrigger`` is given (a bound: the
+cap in records assumes every record is as large as the largest report accepted)."""
+
 Offsets = dict[str, dict[str, int]]
+
+
+def default_max_offsets_per_trigger(
+    max_record_bytes: int = DEFAULT_MAX_REPORT_BYTES,
+    max_bytes_per_trigger: int = DEFAULT_MAX_BYTES_PER_TRIGGER,
+) -> int:
+    """Records per micro-batch when the operator set no cap: ``max_bytes_per_trigger`` of
+    records of ``max_record_bytes`` (at least one record). A larger record than that is a dead
+    letter, whose row holds at most 64 KB of it."""
+    if max_record_bytes <= 0 or max_bytes_per_trigger <= 0:
+        raise ValueError("max_record_bytes and max_bytes_per_trigger must be positive")
+    return max(1, max_bytes_per_trigger // max_record_bytes)
+
 
 log = logging.getLogger(__name__)
 
@@ -133,15 +160,26 @@ class KafkaSourceConfig:
         cap = opts.get("maxoffsetspertrigger")
         if cap is not None and int(cap) <= 0:
             raise ValueError(f"{FORMAT_NAME}: maxOffsetsPerTrigger must be positive, got {cap}")
+        budget = opts.get("lb.maxbytespertrigger")
+        if budget is not None and int(budget) <= 0:
+            raise ValueError(f"{FORMAT_NAME}: lb.maxBytesPerTrigger must be positive, got {budget}")
+        parse = opts.get("lb.parse")
+        if cap is None:
+            record_bytes = (
+                int(json.loads(parse)["maxReportBytes"]) if parse else DEFAULT_MAX_REPORT_BYTES
+            )
+            cap = default_max_offsets_per_trigger(
+                record_bytes, int(budget) if budget is not None else DEFAULT_MAX_BYTES_PER_TRIGGER
+            )
         return cls(
             bootstrap_servers=servers,
             topics=topics,
             client_config=client,
             starting_offsets=opts.get("startingoffsets", "earliest").strip(),
-            max_offsets_per_trigger=int(cap) if cap is not None else None,
+            max_offsets_per_trigger=int(cap),
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             poll_timeout_s=float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0,
-            parse=opts.get("lb.parse"),
+            parse=parse,
         )
 
 

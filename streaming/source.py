@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streaming.kafka_source import register
+from loadbalance.report_codec import DEFAULT_MAX_REPORT_BYTES
+from streaming.kafka_source import default_max_offsets_per_trigger, register
 
 __all__ = ["builtin_kafka_available", "read_kafka_stream", "resolve_source"]
 
@@ -60,6 +61,8 @@ def read_kafka_stream(
     client_config: Mapping[str, Any] | None = None,
     max_offsets_per_trigger: int | None = None,
     parse: str | None = None,
+    max_bytes_per_trigger: int | None = None,
+    max_record_bytes: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of Kafka records with the built-in source's columns.
 
@@ -68,6 +71,12 @@ def read_kafka_stream(
     chosen source uses, so use names that client understands. ``parse`` (the Python source
     only, ``resolve_source`` says which): ``ParseSettings`` as JSON, and the rows are the parse
     stage's (``streaming.kafka_source``).
+
+    ``max_offsets_per_trigger`` None: each batch is still capped, at
+    ``kafka_source.default_max_offsets_per_trigger``: ``max_bytes_per_trigger`` (default 1 GiB)
+    of records of ``max_record_bytes`` (default: ``parse``'s ``maxReportBytes``, else the
+    codec's 1 MB), for either source, so that a catch-up after a long outage runs in bounded
+    batches rather than one.
     """
     source = resolve_source(spark, source)
     if parse is not None and source != "python":
@@ -80,8 +89,16 @@ def read_kafka_stream(
         .option("subscribe", topic)
         .option("startingOffsets", starting_offsets)
     )
+    if max_offsets_per_trigger is None and (source == "kafka" or max_record_bytes is not None):
+        # the Python source derives its default from the parse settings itself
+        max_offsets_per_trigger = default_max_offsets_per_trigger(
+            max_record_bytes or DEFAULT_MAX_REPORT_BYTES,
+            *([max_bytes_per_trigger] if max_bytes_per_trigger is not None else []),
+        )
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(int(max_offsets_per_trigger)))
+    if max_bytes_per_trigger is not None and source == "python":
+        reader = reader.option("lb.maxBytesPerTrigger", str(int(max_bytes_per_trigger)))
     if parse is not None:
         reader = reader.option("lb.parse", parse)
     for key, value in (client_config or {}).items():

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.errors import StreamingQueryException
 
+from loadbalance.view import UsageWeights
 from streaming.kafka_source import KafkaSourceConfig
 from streaming.source import builtin_kafka_available, read_kafka_stream
 
@@ -155,6 +156,29 @@ def test_options_pass_kafka_settings_through_and_reject_missing_ones() -> None:
         KafkaSourceConfig.from_options({"subscribe": "a"})
     with pytest.raises(ValueError, match="subscribe"):
         KafkaSourceConfig.from_options({"kafka.bootstrap.servers": "h:9092"})
+
+
+def test_without_a_cap_a_batch_reads_at_most_a_gib_of_the_largest_accepted_reports() -> None:
+    from streaming.kafka_source import (
+        DEFAULT_MAX_BYTES_PER_TRIGGER,
+        default_max_offsets_per_trigger,
+    )
+    from streaming.parse import ParseSettings
+
+    base = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a"}
+    assert DEFAULT_MAX_BYTES_PER_TRIGGER == 1024**3
+    # without parse settings: the codec's default report limit, 1 MB
+    assert KafkaSourceConfig.from_options(base).max_offsets_per_trigger == 1024
+    settings = ParseSettings(4 * 1024 * 1024, 32, UsageWeights())
+    parsed = KafkaSourceConfig.from_options(base | {"lb.parse": settings.to_json()})
+    assert parsed.max_offsets_per_trigger == 256
+    budget = KafkaSourceConfig.from_options(base | {"lb.maxBytesPerTrigger": str(2**20)})
+    assert budget.max_offsets_per_trigger == 1
+    assert default_max_offsets_per_trigger(2**30, 2**20) == 1  # never below one record
+    given = KafkaSourceConfig.from_options(base | {"maxOffsetsPerTrigger": "5000"})
+    assert given.max_offsets_per_trigger == 5000  # the operator's cap wins
+    with pytest.raises(ValueError, match="maxBytesPerTrigger"):
+        KafkaSourceConfig.from_options(base | {"lb.maxBytesPerTrigger": "0"})
 
 
 def _start_beyond_the_end(spark, bootstrap: str, topic: str, checkpoint: Path, fail: bool):
