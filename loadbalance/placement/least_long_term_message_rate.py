@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
@@ -130,3 +131,61 @@ class LeastLongTermMessageRate:
         value = report.max_resource_usage()
         self._usage[id(report)] = (report, value)  # holding the report keeps its id its own
         return value
+
+
+class LeastRateOrder:
+    """``LeastLongTermMessageRate``'s scores of a fixed set of brokers, kept sorted by
+    (score, name) through one cycle's placements.
+
+    A cycle that places thousands of bundles over hundreds of brokers would otherwise score
+    every broker for every bundle, although a placement changes one broker's score only (the
+    one it preallocates to). ``BrokerSelector`` walks this order from the least score, skipping
+    the brokers its filters drop, and stops after the first broker it keeps and those tied with
+    it: the same minimum, the same tied brokers in name order and so the same seeded draw as
+    ``select_broker`` over the filtered list.
+
+    Scores are made with the same operations as ``select_broker`` (``inf`` when overloaded,
+    else the preallocations' kept msg rate, or the int ``0`` for none, plus the broker's
+    long-term rate), read from ``preallocated`` - the selector's own map, which it changes in
+    place and then calls ``rescore``. ``usable`` turns false once a score is NaN: a NaN has no
+    place in a sorted order (and ``min`` over it depends on its position), so the selector
+    goes back to scoring every candidate."""
+
+    def __init__(
+        self,
+        strategy: LeastLongTermMessageRate,
+        view: ClusterView,
+        brokers: Iterable[str],
+        preallocated: Mapping[str, Preallocations],
+        threshold: float,
+    ) -> None:
+        self._base, self._overloaded = strategy._base_scores(view, threshold)
+        self._pre = preallocated
+        self._score: dict[str, float] = {}
+        self.usable = True
+        for name in brokers:
+            if name in self._base:
+                self._score[name] = self._compute(name)
+        self.entries: list[tuple[float, str]] = sorted((s, n) for n, s in self._score.items())
+
+    def _compute(self, name: str) -> float:
+        if name in self._overloaded:
+            return math.inf
+        pre = self._pre.get(name)
+        score = (0 if pre is None else pre.long_term_msg_rate) + self._base[name]
+        if score != score:
+            self.usable = False
+        return score
+
+    def rescore(self, name: str) -> None:
+        """Move ``name`` to its place for its current preallocations."""
+        old = self._score.get(name)
+        if old is None or not self.usable:
+            return
+        new = self._compute(name)
+        if not self.usable:
+            return
+        entries = self.entries
+        del entries[bisect_left(entries, (old, name))]
+        self._score[name] = new
+        insort(entries, (new, name))

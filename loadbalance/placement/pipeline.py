@@ -41,7 +41,10 @@ from loadbalance.bundles import bundle_namespace
 from loadbalance.errors import InvalidInput
 from loadbalance.placement.base import PlacementStrategy, Preallocations, pending_topics
 from loadbalance.placement.filters import NamespaceCounts, live_candidates
-from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
+from loadbalance.placement.least_long_term_message_rate import (
+    LeastLongTermMessageRate,
+    LeastRateOrder,
+)
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
 from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
 from loadbalance.strategies.least_projected_usage import (
@@ -57,6 +60,9 @@ if TYPE_CHECKING:
 
 PlacementState: TypeAlias = RoundRobinState | None
 """The state of any registered placement strategy (``None``: a stateless one)."""
+
+_EMPTY = "\x00no live broker"
+"""``_least_rate``'s answer when no candidate is left (``None`` there means: run the filters)."""
 
 _REGISTRY: dict[str, Callable[[], PlacementStrategy[Any]]] = {
     LeastLongTermMessageRate.name: LeastLongTermMessageRate,
@@ -117,6 +123,8 @@ class BrokerSelector:
                 self._bundle_to_broker[bundle] = broker_name
         self._ns_counts = NamespaceCounts(view, self._preallocated)
         self._over_topics: set[str] | None = None
+        self._order: LeastRateOrder | None = None
+        self._live_set: frozenset[str] = frozenset()
 
     @property
     def strategy(self) -> PlacementStrategy[Any]:
@@ -146,40 +154,126 @@ class BrokerSelector:
             # the same for every selection of this selector: its view and clock are fixed
             ttl_s = self._config.load_balancer_broker_load_data_ttl_in_seconds
             self._live = live_candidates(self._view, now_ms=self._now_ms, load_data_ttl_s=ttl_s)
-        full = [c for c in self._live if c not in excluded] if excluded else list(self._live)
-        if not full:
-            return None
-        candidates = self._below_max_topics(full)
-        if self._config.load_balancer_distribute_bundles_evenly_enabled:
-            candidates = self._ns_counts.fewest(bundle, candidates)
-        if not candidates:
-            candidates = full
-
-        data = self._view.bundle(bundle)
-        chosen = self._run_strategy(candidates, bundle, data)
-        if chosen is None:
-            return None
+            self._live_set = frozenset(self._live)
         threshold = self._config.load_balancer_broker_overloaded_threshold_percentage / 100.0
-        if self._view.brokers[chosen].report.max_resource_usage() > threshold:
-            chosen = self._run_strategy(full, bundle, data) or chosen
+        data = self._view.bundle(bundle)
+        order = self._rate_order(threshold)
+        chosen = None
+        if order is not None:
+            chosen = self._least_rate(order, bundle, excluded, threshold)
+            if chosen is _EMPTY:
+                return None
+        if chosen is None:
+            full = self._full(excluded)
+            if not full:
+                return None
+            candidates = self._below_max_topics(full)
+            if self._config.load_balancer_distribute_bundles_evenly_enabled:
+                candidates = self._ns_counts.fewest(bundle, candidates)
+            if not candidates:
+                candidates = full
+
+            chosen = self._run_strategy(candidates, bundle, data)
+            if chosen is None:
+                return None
+            if self._view.brokers[chosen].report.max_resource_usage() > threshold:
+                chosen = self._run_strategy(full, bundle, data) or chosen
         if self._config.load_balancer_placement_projected_overload_check_enabled:
+            full = self._full(excluded)
             chosen = self._below_threshold(chosen, full, bundle, data, threshold)
 
         self._preallocated.setdefault(chosen, Preallocations())[bundle] = data
         self._bundle_to_broker[bundle] = chosen
         self._ns_counts.add(chosen, bundle_namespace(bundle))
         self._recount_topics(chosen)
+        if self._order is not None:
+            self._order.rescore(chosen)
         return chosen
+
+    def _full(self, excluded: set[str]) -> list[str]:
+        """The live brokers not excluded, sorted: every candidate before the filters."""
+        live = self._live or []
+        return [c for c in live if c not in excluded] if excluded else list(live)
+
+    def _rate_order(self, threshold: float) -> LeastRateOrder | None:
+        """The kept score order when the strategy is ``LeastLongTermMessageRate`` itself
+        (made on first use), else ``None``: other strategies score the candidate list."""
+        if type(self._strategy) is not LeastLongTermMessageRate:
+            return None
+        if self._order is None:
+            self._order = LeastRateOrder(
+                self._strategy, self._view, self._live or (), self._preallocated, threshold
+            )
+        return self._order if self._order.usable else None
+
+    def _least_rate(
+        self, order: LeastRateOrder, bundle: str, excluded: set[str], threshold: float
+    ) -> str | None:
+        """Steps 2-4 of ``select`` for ``LeastLongTermMessageRate`` without scoring every
+        candidate: the same broker, drawn from the same tied brokers with the same ``rng``
+        call, as the filters followed by ``select_broker`` on the lists they leave.
+
+        The order is walked from the least score. A broker is a candidate unless excluded, or
+        over ``loadBalancerBrokerMaxTopics`` while some live broker is not. With the
+        even-distribution filter on, the candidates kept are those with the fewest bundles of
+        the namespace: no count is below zero, so as soon as one candidate has none, the
+        fewest is zero and the least-scored candidate with none is the minimum; when every
+        candidate serves the namespace already, this returns ``None`` and the caller runs the
+        filters on the full lists. ``_EMPTY`` when no live broker is left at all."""
+        live = self._live_set
+        n_full = len(live) - sum(1 for c in excluded if c in live)
+        if n_full <= 0:
+            return _EMPTY
+        over = self._over_topics_set()
+        if over:
+            n_over = sum(1 for c in over if c in live and c not in excluded)
+            if n_over >= n_full:
+                over = set()  # every candidate is over: the filter keeps them all
+        ns = (
+            bundle_namespace(bundle)
+            if self._config.load_balancer_distribute_bundles_evenly_enabled
+            else None
+        )
+        chosen = self._walk(order, excluded, over, ns)
+        if chosen is None:
+            return None
+        if self._view.brokers[chosen].report.max_resource_usage() > threshold:
+            # every kept candidate is overloaded: choose again among all, as ``select`` does
+            chosen = self._walk(order, excluded, set(), None) or chosen
+        return chosen
+
+    def _walk(
+        self, order: LeastRateOrder, excluded: set[str], over: set[str], ns: str | None
+    ) -> str | None:
+        """The seeded pick among the least-scored candidates (see ``_least_rate``)."""
+        count = self._ns_counts.count
+        best: list[str] = []
+        best_score = 0.0
+        for score, name in order.entries:
+            if best and score != best_score:
+                break
+            if name in excluded or name in over:
+                continue
+            if ns is not None and count(name, ns) != 0:
+                continue
+            best_score = score
+            best.append(name)
+        if not best:
+            return None
+        return best[self._rng.randrange(len(best))]
+
+    def _over_topics_set(self) -> set[str]:
+        if self._over_topics is None:
+            self._over_topics = set()
+            for name in self._view.brokers:
+                self._recount_topics(name)
+        return self._over_topics
 
     def _below_max_topics(self, full: list[str]) -> list[str]:
         """``filter_brokers_with_large_topic_count`` over ``full`` (sorted, every one in the
         view), with the brokers over the limit kept as a set that each placement updates for
         the one broker it changes, instead of adding up every broker's topics each time."""
-        if self._over_topics is None:
-            self._over_topics = set()
-            for name in self._view.brokers:
-                self._recount_topics(name)
-        over = self._over_topics
+        over = self._over_topics_set()
         if not over:
             return full
         kept = [c for c in full if c not in over]
@@ -237,3 +331,5 @@ class BrokerSelector:
         self._preallocated.get(broker, {}).pop(bundle, None)
         self._ns_counts.remove(broker, bundle_namespace(bundle))
         self._recount_topics(broker)
+        if self._order is not None:
+            self._order.rescore(broker)
