@@ -226,3 +226,61 @@ def test_brokers_time_averages_are_the_bits_build_view_would_sum():
             assert bv.time_average == want, broker
         assert got.brokers["b2"].time_average == TimeAverageBrokerData()
     assert names[0] not in got.bundle_data  # the parent really was left out
+
+
+def test_the_views_digests_are_what_folding_the_reports_would_work_out() -> None:
+    """The driver makes each broker's ``ReportDigest`` from its columns; the split scan skips a
+    broker by it and placement counts namespaces by it, so it must be exactly ``view._digest``
+    over the view's own reports and averages, and a cycle must decide the same with it as
+    without it (the long way)."""
+    import json
+    from dataclasses import replace
+
+    from loadbalance.config import LoadBalancerConfig
+    from loadbalance.cycle import CycleState, step
+    from loadbalance.view import ReportDigests, _digest
+    from streaming.schema import BROKER
+
+    namespaces = {f"t/n{i}": NamespaceBundles.initial(f"t/n{i}", 16) for i in range(4)}
+    names = [b for nb in namespaces.values() for b in nb.bundle_names]
+    hot = _state(names[:20], "hot", 5)  # rates up to 3e5 msg/s: over the split limits
+    cold = ShardState()
+    quiet = names[20:50]
+    cold.apply(quiet, np.full((len(quiet), 4), 1.0), np.tile([3, 1, 1], (len(quiet), 1)),
+               ["cold"] * len(quiet), np.full(len(quiet), 5))  # fmt: skip
+    cold.last_values[3, 2] = np.nan  # a NaN is never a maximum
+    cold.long_avg[3, 2] = np.nan
+    view = DriverView()
+    view.apply(_shard_rows({"s:0": hot.to_bytes(), "s:1": cold.to_bytes()}))
+    reports = {"hot": names[:20], "cold": [*quiet, names[0]], "idle": names[50:]}
+    docs = [
+        json.dumps({"bundles": b, "cpu": {"usage": 50, "limit": 100}}) for b in reports.values()
+    ]
+    view.apply(
+        frame(
+            OUTPUT_FIELDS,
+            len(docs),
+            kind=np.array([BROKER] * len(docs), dtype=object),
+            name=np.array(list(reports), dtype=object),
+            event_ms=np.full(len(docs), 5, dtype=np.int64),
+            history_usage=np.full(len(docs), 0.5),
+            msg_throughput_ema=np.full(len(docs), 1.0),
+            doc=np.array(docs, dtype=object),
+        )
+    )
+    got = view.cluster_view(namespaces)
+    for broker, bv in got.brokers.items():
+        digest = got.report_digests.by_broker[broker]
+        want = _digest(bv.report, [got.bundle_data[b] for b in bv.report.last_stats])
+        assert digest.report is bv.report
+        assert (digest.max_topics, digest.max_sessions) == (want.max_topics, want.max_sessions)
+        assert digest.max_long_term_msg_rate == want.max_long_term_msg_rate, broker
+        assert digest.max_long_term_msg_throughput == want.max_long_term_msg_throughput, broker
+        assert digest.namespace_counts == want.namespace_counts
+    assert got.report_digests.by_broker["idle"].max_topics == -1  # no lastStats entry
+    config = LoadBalancerConfig()
+    long_way = replace(got, report_digests=ReportDigests(got.bundle_data, {}))
+    with_digests = step(CycleState(), got, config, now_ms=600_000, cycle="1")
+    without = step(CycleState(), long_way, config, now_ms=600_000, cycle="1")
+    assert with_digests == without
+    assert any(d.kind == "split" for d in with_digests[1].decisions)
