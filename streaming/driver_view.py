@@ -20,9 +20,13 @@ the last one (or since the background warm-up), and it costs no more than the by
 already brought to the driver; a full read and materialisation per cycle would cost more than
 a batch (``docs/benchmarks.md``, streaming job).
 
-Blobs are decoded and turned into the core's frozen values only when a policy cycle needs them,
-and then only the shards that changed since the previous cycle: with reports every few seconds
-and policies every minute, most blobs are replaced before anyone reads them.
+Blobs are decoded only when a policy cycle needs them, and then only the shards that changed
+since the previous cycle: with reports every few seconds and policies every minute, most blobs
+are replaced before anyone reads them. The cycle's view reads the decoded arrays through lazy
+mappings (``bundle_data``, each broker's ``lastStats``): a bundle's frozen values are made the
+first time a policy reads them, a whole broker at once, and kept while its row is unchanged. The
+per-broker figures every cycle needs (the sums, the report digests) come from the arrays, so a
+cycle over a million bundles makes values only for the brokers its policies look at.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple
 from types import MappingProxyType
@@ -92,7 +96,9 @@ def report_from_doc(
         num_consumers=int(doc.get("numConsumers", 0)),
         num_producers=int(doc.get("numProducers", 0)),
         bundles=frozenset(doc.get("bundles") or ()),
-        last_stats=MappingProxyType(dict(last_stats)),
+        last_stats=last_stats
+        if isinstance(last_stats, _LastStats)
+        else MappingProxyType(dict(last_stats)),
         last_update_ms=int(doc.get("lastUpdate", 0)),
         web_service_url=doc.get("webServiceUrl") or "",
         pulsar_service_url=doc.get("pulsarServiceUrl") or "",
@@ -101,32 +107,139 @@ def report_from_doc(
     )
 
 
-def _materialize(
-    state: ShardState,
-    rows: np.ndarray,
-    bundles: dict[str, BundleData],
-    last: dict[str, tuple[str, NamespaceBundleStats]],
-) -> None:
-    """Bundles ``rows`` (indices) of a decoded shard as the core's values (into ``bundles`` and
-    ``last``: the owner and last sample). Float columns are ``STAT_COLUMNS`` order."""
-    names, owners = state.names, state.owners
-    for i, s, sn, lg, ln, la, c in zip(
-        rows.tolist(),
-        state.short_avg[rows].tolist(),
-        state.short_n[rows].tolist(),
-        state.long_avg[rows].tolist(),
-        state.long_n[rows].tolist(),
-        state.last_values[rows].tolist(),
-        state.last_counts[rows].tolist(),
-        strict=True,
-    ):
-        name = names[i]
-        bundles[name] = BundleData(
-            TimeAverageMessageData(NUM_SHORT_SAMPLES, sn, *s),
-            TimeAverageMessageData(NUM_LONG_SAMPLES, ln, *lg),
-            c[0],
-        )
-        last[name] = (owners[i], NamespaceBundleStats(la[2], la[3], la[0], la[1], *c))
+class _Made:
+    """One decoded shard blob and the core's values made from it so far (by row).
+
+    Never changed once a view may read it, except that its caches fill: a changed blob gets a
+    new ``_Made`` (keeping the cached values of the rows that did not change), so a view taken
+    before keeps reading the state it was taken from."""
+
+    __slots__ = ("blob", "data", "state", "stats")
+
+    def __init__(
+        self,
+        blob: bytes,
+        state: ShardState,
+        data: dict[int, BundleData] | None = None,
+        stats: dict[int, NamespaceBundleStats] | None = None,
+    ) -> None:
+        self.blob, self.state = blob, state
+        self.data: dict[int, BundleData] = data if data is not None else {}
+        self.stats: dict[int, NamespaceBundleStats] = stats if stats is not None else {}
+
+    def make(self, rows: list[int]) -> None:
+        """The values of ``rows`` not made yet, in one vectorised pass (float columns in
+        ``STAT_COLUMNS`` order)."""
+        todo = [r for r in rows if r not in self.data]
+        if not todo:
+            return
+        st, data, stats = self.state, self.data, self.stats
+        for i, s, sn, lg, ln, la, c in zip(
+            todo,
+            st.short_avg[todo].tolist(),
+            st.short_n[todo].tolist(),
+            st.long_avg[todo].tolist(),
+            st.long_n[todo].tolist(),
+            st.last_values[todo].tolist(),
+            st.last_counts[todo].tolist(),
+            strict=True,
+        ):
+            data[i] = BundleData(
+                TimeAverageMessageData(NUM_SHORT_SAMPLES, sn, *s),
+                TimeAverageMessageData(NUM_LONG_SAMPLES, ln, *lg),
+                c[0],
+            )
+            stats[i] = NamespaceBundleStats(la[2], la[3], la[0], la[1], *c)
+
+
+Where = Mapping[str, tuple[str, int]]  # bundle -> (state shard key, row)
+
+
+def _make_all(made: Mapping[str, _Made], where: Where, names: Iterable[str]) -> None:
+    """Make the values of ``names`` (all known), grouped by shard."""
+    by_shard: dict[str, list[int]] = {}
+    for name in names:
+        key, row = where[name]
+        by_shard.setdefault(key, []).append(row)
+    for key, rows in by_shard.items():
+        made[key].make(rows)
+
+
+class _BundleData(Mapping[str, BundleData]):
+    """The view's ``bundle_data``: every bundle held but those ``outside`` the namespaces,
+    made from the shard arrays when first read.
+
+    Why lazy: a cycle over a million bundles reads the values of the bundles on the brokers
+    its policies look at, seldom all; making a million frozen values costs seconds."""
+
+    __slots__ = ("_len", "_made", "_outside", "_where")
+
+    def __init__(self, made: Mapping[str, _Made], where: Where, outside: frozenset[str]):
+        self._made, self._where, self._outside = made, where, outside
+        self._len = len(where) - sum(1 for n in outside if n in where)
+
+    def __getitem__(self, name: str) -> BundleData:
+        at = self._where.get(name)
+        if at is None or name in self._outside:
+            raise KeyError(name)
+        made = self._made[at[0]]
+        data = made.data.get(at[1])
+        if data is None:
+            made.make([at[1]])
+            data = made.data[at[1]]
+        return data
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where and name not in self._outside
+
+    def __iter__(self) -> Iterator[str]:
+        outside = self._outside
+        return (n for n in self._where if n not in outside)
+
+    def __len__(self) -> int:
+        return self._len
+
+
+class _LastStats(Mapping[str, NamespaceBundleStats]):
+    """A broker's ``lastStats`` in the view: the bundles it reports and was the last to report,
+    in its report's order, made from the shard arrays the first time any is read (a policy
+    that reads one bundle of a broker reads most of them)."""
+
+    __slots__ = ("_made", "_names", "_ready", "_set", "_where")
+
+    def __init__(self, names: list[str], made: Mapping[str, _Made], where: Where) -> None:
+        self._names, self._made, self._where = names, made, where
+        self._set: frozenset[str] | None = None
+        self._ready = False
+
+    def _members(self) -> frozenset[str]:
+        if self._set is None:
+            self._set = frozenset(self._names)
+        return self._set
+
+    def __getitem__(self, name: str) -> NamespaceBundleStats:
+        if name not in self._members():
+            raise KeyError(name)
+        if not self._ready:
+            _make_all(self._made, self._where, self._names)
+            self._ready = True
+        key, row = self._where[name]
+        return self._made[key].stats[row]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._members()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 BACKGROUND_NICE = 10
@@ -198,18 +311,73 @@ def _changed_rows(old: ShardState, new: ShardState) -> np.ndarray:
     return np.flatnonzero(changed)
 
 
+class _Columns:
+    """The decoded shards' arrays end to end (shards in key order), for per-broker figures.
+
+    Sums: ``build_view`` would sum 100,000 bundle objects in Python; here a broker's rows are
+    gathered (Pulsar's defaults for bundles without data or left out of the view) and each
+    column is summed with ``math.fsum``, the correctly rounded sum ``TimeAverageBrokerData.of``
+    uses, so the bits are the same whatever the order (a unit test checks this).
+
+    Digests: what ``ingest_many`` works out as it folds a report, made here over the broker's
+    ``lastStats`` (the bundles it reports and was the last to report): the maxima the split
+    scan reads to skip a broker none of whose bundles is over a limit, and the namespace counts
+    placement reads. Without them the split scan walks every bundle of every broker (1.2 s at a
+    million bundles). The maxima are over the same figures with the same float additions as
+    ``view._digest`` (a NaN is never a maximum, as there), so a skipped broker is one the scan
+    would have found nothing in."""
+
+    def __init__(self, made: Mapping[str, _Made]) -> None:
+        states = [made[key].state for key in sorted(made)]
+        self.offset: dict[str, int] = {}
+        total = 0
+        for key in sorted(made):
+            self.offset[key] = total
+            total += len(made[key].state)
+        self.default_row = total  # the last row: a bundle without data
+        self.values = np.concatenate(
+            [np.hstack((m.short_avg, m.long_avg)) for m in states] + [_DEFAULT_SUMS[None, :]]
+        )
+        counts = np.concatenate([m.last_counts for m in states] + [np.zeros((1, 3), np.int64)])
+        long_avg = np.concatenate([m.long_avg for m in states] + [np.zeros((1, 4))])
+        self.topics = counts[:, 0]
+        self.sessions = counts[:, 1] + counts[:, 2]  # consumers + producers
+        self.rate = long_avg[:, 2] + long_avg[:, 3]  # STAT_COLUMNS: rates in, out
+        self.throughput = long_avg[:, 0] + long_avg[:, 1]  # throughputs in, out
+
+    def time_average(self, rows: list[int]) -> TimeAverageBrokerData:
+        columns = self.values[np.asarray(rows, dtype=np.int64)].T.tolist()
+        return TimeAverageBrokerData(*(math.fsum(c) for c in columns))
+
+    def digest(
+        self, report: LocalBrokerData, stats_rows: list[int], members: list[str]
+    ) -> ReportDigest:
+        judged = np.asarray(stats_rows, dtype=np.int64)
+        judged = judged[self.topics[judged] >= 2]  # the split scan judges these alone
+        return ReportDigest(
+            report,
+            None,  # the sums are passed to ``build_view`` as ``time_averages``
+            int(self.topics[judged].max()) if len(judged) else -1,
+            int(self.sessions[judged].max()) if len(judged) else -1,
+            _max_or_minus_inf(self.rate[judged]),
+            _max_or_minus_inf(self.throughput[judged]),
+            dict(Counter(map(bundle_namespace, members))),
+        )
+
+
 class DriverView:
     """Latest shard blobs and broker rows; see the module docstring."""
 
     def __init__(self) -> None:
         self._shards: dict[str, bytes] = {}  # state shard key -> latest blob
         self._counts: dict[str, int] = {}  # bundles per shard blob
-        # per shard: the blob last turned into the core's values, and its decoded state
-        self._made: dict[str, tuple[bytes, ShardState]] = {}
-        self._lock = threading.Lock()  # materialising: a policy cycle or a warm-up thread
+        # per shard: the blob last decoded for a view, its state and the values made from it
+        self._made: dict[str, _Made] = {}
+        # bundle -> (shard key, row) in ``_made``; replaced, never changed, when names change,
+        # so a view keeps the index it was taken with
+        self._where: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()  # decoding: a policy cycle or a warm-up thread
         self._warming: threading.Thread | None = None
-        self._bundles: dict[str, BundleData] = {}
-        self._last: dict[str, tuple[str, NamespaceBundleStats]] = {}  # owner, last sample
         self._brokers: dict[str, tuple[dict[str, Any], float, float, int]] = {}
         self._ns_names: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {}
         self.changed_brokers: dict[str, str] = {}  # snapshot documents to write
@@ -280,112 +448,76 @@ class DriverView:
         function of the blobs and broker rows alone, and a view rebuilt from Redis after a
         restart is the same."""
         self.wait_warm()
-        bundles, last = self._bundles, self._last
-        self._materialize_all(dict(self._shards))
-        kept = dict(bundles)
-        outside = self._outside(namespaces, bundles.keys())
-        for name in outside:
-            del kept[name]
+        self._decode_all(dict(self._shards))
+        made, where = dict(self._made), self._where  # this view's; the next batch replaces them
+        outside = frozenset(self._outside(namespaces, where.keys()))
+        columns = _Columns(made)
+        owners = {key: m.state.owners for key, m in made.items()}
         brokers: dict[str, BrokerLoad] = {}
+        averages: dict[str, TimeAverageBrokerData] = {}
+        digests: dict[str, ReportDigest] = {}
         for broker in sorted(self._brokers):
             if live is not None and broker not in live:
                 continue
             doc, usage, ema, event_ms = self._brokers[broker]
-            stats = {}
-            for b in doc.get("bundles") or ():
-                entry = last.get(b)
-                if entry is not None and entry[0] == broker and b in kept:
-                    stats[b] = entry[1]
-            report = report_from_doc(doc, broker, stats)
+            members = list(dict.fromkeys(doc.get("bundles") or ()))
+            # one pass over the broker's bundles: each one's row (the defaults' row for a
+            # bundle without data or left out), and the ones that make its ``lastStats``
+            rows, names, judged = [], [], []
+            for b in members:
+                at = where.get(b)
+                if at is None or b in outside:
+                    rows.append(columns.default_row)
+                    continue
+                row = columns.offset[at[0]] + at[1]
+                rows.append(row)
+                if owners[at[0]][at[1]] == broker:
+                    names.append(b)
+                    judged.append(row)
+            report = report_from_doc(doc, broker, _LastStats(names, made, where))
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
-        averages, digests = self._per_broker(brokers, outside)
+            averages[broker] = columns.time_average(rows)
+            digests[broker] = columns.digest(report, judged, members)
         state = LoadState(
-            MappingProxyType(brokers), MappingProxyType(kept), MappingProxyType(digests)
+            MappingProxyType(brokers),
+            _BundleData(made, where, outside),
+            MappingProxyType(digests),
         )
         return build_view(state, namespaces=namespaces, time_averages=averages)
 
-    def _per_broker(
-        self, brokers: Mapping[str, BrokerLoad], outside: list[str]
-    ) -> tuple[dict[str, TimeAverageBrokerData], dict[str, ReportDigest]]:
-        """Every broker's ``TimeAverageBrokerData`` and ``ReportDigest``, from the decoded
-        shards' arrays.
-
-        Sums: ``build_view`` would sum 100,000 bundle objects in Python; here each broker's
-        rows are gathered from the shard arrays (Pulsar's defaults for bundles without data or
-        left out of ``kept``) and each column is summed with ``math.fsum``, the correctly
-        rounded sum ``TimeAverageBrokerData.of`` uses, so the bits are the same whatever the
-        order (a unit test checks this).
-
-        Digests: what ``ingest_many`` works out as it folds a report, made here from columns
-        over the broker's ``lastStats`` (the bundles it reports and was the last to report):
-        the maxima the split scan reads to skip a broker none of whose bundles is over a limit,
-        and the namespace counts placement reads. Without them the split scan walks every
-        bundle of every broker (1.2 s at a million bundles). The maxima are taken over the
-        same figures with the same float additions as ``view._digest`` (a NaN is never a
-        maximum, as there), so a skipped broker is one the scan would have found nothing in."""
-        made = [self._made[key][1] for key in sorted(self._made)]
-        rows: dict[str, int] = {}
-        offset = 0
-        for state in made:
-            rows.update(zip(state.names, range(offset, offset + len(state)), strict=True))
-            offset += len(state)
-        for name in outside:
-            rows.pop(name, None)
-        values = np.concatenate(
-            [np.hstack((m.short_avg, m.long_avg)) for m in made] + [_DEFAULT_SUMS[None, :]]
-        )
-        counts = np.concatenate([m.last_counts for m in made] + [np.zeros((1, 3), np.int64)])
-        long_avg = np.concatenate([m.long_avg for m in made] + [np.zeros((1, 4))])
-        topics = counts[:, 0]
-        sessions = counts[:, 1] + counts[:, 2]  # consumers + producers
-        rate = long_avg[:, 2] + long_avg[:, 3]  # STAT_COLUMNS: rates in, out
-        throughput = long_avg[:, 0] + long_avg[:, 1]  # throughputs in, out
-        sums: dict[str, TimeAverageBrokerData] = {}
-        digests: dict[str, ReportDigest] = {}
-        for broker in sorted(brokers):
-            report = brokers[broker].report
-            members = report.bundles
-            gather = np.fromiter((rows.get(b, offset) for b in members), np.int64, len(members))
-            columns = values[gather].T.tolist()
-            sums[broker] = TimeAverageBrokerData(*(math.fsum(c) for c in columns))
-            stats = report.last_stats  # every entry is a row: built from kept bundles only
-            judged = np.fromiter((rows[b] for b in stats), np.int64, len(stats))
-            judged = judged[topics[judged] >= 2]  # the split scan judges these alone
-            digests[broker] = ReportDigest(
-                report,
-                None,  # the sums above are passed as ``time_averages``
-                int(topics[judged].max()) if len(judged) else -1,
-                int(sessions[judged].max()) if len(judged) else -1,
-                _max_or_minus_inf(rate[judged]),
-                _max_or_minus_inf(throughput[judged]),
-                dict(Counter(map(bundle_namespace, members))),
-            )
-        return sums, digests
-
-    def _materialize_all(self, shards: Mapping[str, bytes]) -> None:
-        """Bring the core's values up to ``shards``: only the bundles whose values changed
-        since the blob last materialised (all of a shard whose bundle list changed)."""
+    def _decode_all(self, shards: Mapping[str, bytes]) -> None:
+        """Decode the blobs that changed since they were last decoded. A shard whose bundle
+        list is the same keeps the values already made for its unchanged rows (so a cycle makes
+        again only what changed); the bundle index is rebuilt when a list changed."""
         with self._lock, gc_paused():
-            bundles, last = self._bundles, self._last
-            for key in sorted(set(self._made) - set(shards)):
-                for name in self._made.pop(key)[1].names:
-                    bundles.pop(name, None)
-                    last.pop(name, None)
+            made = self._made
+            renamed = False
+            for key in sorted(set(made) - set(shards)):
+                del made[key]
+                renamed = True
             for key in sorted(shards):
                 blob = shards[key]
-                made = self._made.get(key)
-                if made is not None and made[0] is blob:
+                old = made.get(key)
+                if old is not None and old.blob is blob:
                     continue
                 new = ShardState.from_bytes(blob)
-                if made is not None and made[1].names == new.names:
-                    rows = _changed_rows(made[1], new)
+                if old is not None and old.state.names == new.names:
+                    changed = _changed_rows(old.state, new)
+                    if len(changed) < len(new):
+                        drop = set(changed.tolist())
+                        data = {r: v for r, v in old.data.items() if r not in drop}
+                        stats = {r: v for r, v in old.stats.items() if r not in drop}
+                        made[key] = _Made(blob, new, data, stats)
+                        continue
                 else:
-                    for name in made[1].names if made is not None else ():
-                        bundles.pop(name, None)
-                        last.pop(name, None)
-                    rows = np.arange(len(new))
-                _materialize(new, rows, bundles, last)
-                self._made[key] = (blob, new)
+                    renamed = True
+                made[key] = _Made(blob, new)
+            if renamed:
+                self._where = {
+                    name: (key, i)
+                    for key in sorted(made)
+                    for i, name in enumerate(made[key].state.names)
+                }
 
     def warm(self) -> None:
         """Materialise the current blobs in a background thread, so that the next policy cycle
@@ -399,8 +531,8 @@ class DriverView:
         def run() -> None:
             lower_thread_priority()
             try:
-                self._materialize_all(shards)
-            except Exception:  # the cycle materialises again; a warm-up must never fail a batch
+                self._decode_all(shards)
+            except Exception:  # the cycle decodes again; a warm-up must never fail a batch
                 log.warning("view warm-up failed", exc_info=True)
 
         self._warming = threading.Thread(target=run, name="view-warm-up", daemon=True)
