@@ -103,7 +103,19 @@ def _add_query_arguments(parser: argparse.ArgumentParser) -> None:
         "folder at its first start, and a later start with another count is refused",
     )
     parser.add_argument(
-        "--max-offsets-per-trigger", type=int, default=None, help="cap records per micro-batch"
+        "--max-offsets-per-trigger",
+        type=_positive_int,
+        default=None,
+        help="cap records per micro-batch (default: as many reports of maxReportBytes as fit "
+        "in --max-bytes-per-trigger, so a catch-up after an outage runs in bounded batches)",
+    )
+    parser.add_argument(
+        "--max-bytes-per-trigger",
+        type=_positive_int,
+        default=None,
+        metavar="BYTES",
+        help="without --max-offsets-per-trigger: the record bytes one micro-batch may read, "
+        "each record counted at maxReportBytes (default 1 GiB: 1,024 reports of 1 MB)",
     )
     parser.add_argument(
         "--watermark-delay-seconds",
@@ -243,6 +255,7 @@ def _stream_settings(
         starting_offsets=args.starting_offsets,
         n_shards=args.shards,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        max_bytes_per_trigger=args.max_bytes_per_trigger,
         watermark_delay_seconds=args.watermark_delay_seconds,
         client_config=client_config,
         background_cycles=args.background_cycles,
@@ -425,6 +438,16 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
 
 

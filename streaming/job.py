@@ -60,6 +60,9 @@ class StreamSettings:
     n_shards: int = DEFAULT_SHARDS
     bundle_ttl_seconds: float | None = None  # None: loadBalancerBrokerLoadDataTTLInSeconds
     max_offsets_per_trigger: int | None = None
+    # without max_offsets_per_trigger: record bytes per batch (None: the source's 1 GiB),
+    # counted as records of config.max_report_bytes each (streaming.kafka_source)
+    max_bytes_per_trigger: int | None = None
     watermark_delay_seconds: float = 60.0
     client_config: Mapping[str, Any] = field(default_factory=dict)
     query_name: str = "pulsar-lb-stream"
@@ -120,6 +123,8 @@ def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfi
         starting_offsets=settings.starting_offsets,
         client_config=dict(settings.client_config) or None,
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
+        max_bytes_per_trigger=settings.max_bytes_per_trigger,
+        max_record_bytes=config.max_report_bytes,
         # the Python source decodes as it reads: the reports' bytes cross to the JVM once
         parse=parse.to_json() if source == "python" else None,
     )
