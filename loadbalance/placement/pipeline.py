@@ -21,6 +21,14 @@ must see each other: that is the whole point of Pulsar's preallocation. Per ``se
 5. The bundle is recorded as preallocated on the chosen broker (with its ``BundleData``, or
    Pulsar's defaults for a bundle never seen), so the next ``select`` counts it.
 
+With ``LeastLongTermMessageRate`` (the default strategy) steps 2-4 do not visit every broker:
+the selector keeps the brokers sorted by that strategy's score (``LeastRateOrder``; a placement
+moves only the broker it preallocates to) and walks them from the least score, skipping the
+brokers the filters would drop, until the first kept broker and those tied with it. That is
+the same broker, from the same tied brokers in the same order and the same seeded draw, as
+filtering the candidate list and scoring all of it; where the walk cannot tell (every candidate
+already serves the bundle's namespace, or a score is NaN) the lists are filtered and scored.
+
 Inherited preallocations (``view.preallocated``) are pruned on construction: entries of brokers
 that left the view, and bundles the broker's report already lists (Pulsar drops a preallocation
 once the broker reports the bundle, and keeping it would count the load twice). The caller
