@@ -44,6 +44,24 @@ def _shard_rows(blobs: dict[str, bytes]):
     )
 
 
+def _broker_rows(docs: dict[str, dict]):
+    """State output rows of brokers that reported ``docs`` (broker -> report document)."""
+    import json
+
+    from streaming.schema import BROKER
+
+    return frame(
+        OUTPUT_FIELDS,
+        len(docs),
+        kind=np.array([BROKER] * len(docs), dtype=object),
+        name=np.array(list(docs), dtype=object),
+        event_ms=np.full(len(docs), 5, dtype=np.int64),
+        history_usage=np.full(len(docs), 0.5),
+        msg_throughput_ema=np.full(len(docs), 1.0),
+        doc=np.array([json.dumps(d) for d in docs.values()], dtype=object),
+    )
+
+
 def test_documents_survive_blobs_bit_for_bit():
     names = NamespaceBundles.initial(NS, 8).bundle_names
     docs = shard_docs(decode_bundle_shard(_state(names, "b1:8080", 1234).to_bytes()))
@@ -186,10 +204,8 @@ def test_background_threads_run_nicer_than_the_rest_of_the_process():
 def test_brokers_time_averages_are_the_bits_build_view_would_sum():
     """The view sums brokers' averages from the shard arrays (``math.fsum`` per column); they
     must be exactly ``TimeAverageBrokerData.of`` over the view's bundles, defaults included."""
-    import json
 
     from loadbalance.time_average import BundleData, TimeAverageBrokerData
-    from streaming.schema import BROKER
 
     before = NamespaceBundles.initial(NS, 64)
     names = before.bundle_names
@@ -203,19 +219,7 @@ def test_brokers_time_averages_are_the_bits_build_view_would_sum():
     }
     view = DriverView()
     view.apply(_shard_rows(blobs))
-    docs = [json.dumps({"bundles": bundles}) for bundles in reports.values()]
-    view.apply(
-        frame(
-            OUTPUT_FIELDS,
-            len(docs),
-            kind=np.array([BROKER] * len(docs), dtype=object),
-            name=np.array(list(reports), dtype=object),
-            event_ms=np.full(len(docs), 5, dtype=np.int64),
-            history_usage=np.full(len(docs), 0.5),
-            msg_throughput_ema=np.full(len(docs), 1.0),
-            doc=np.array(docs, dtype=object),
-        )
-    )
+    view.apply(_broker_rows({b: {"bundles": names} for b, names in reports.items()}))
     for namespaces in ({NS: before}, {NS: after}):  # after: the split parent is left out
         got = view.cluster_view(namespaces)
         default = BundleData.new()
@@ -233,13 +237,11 @@ def test_the_views_digests_are_what_folding_the_reports_would_work_out() -> None
     broker by it and placement counts namespaces by it, so it must be exactly ``view._digest``
     over the view's own reports and averages, and a cycle must decide the same with it as
     without it (the long way)."""
-    import json
     from dataclasses import replace
 
     from loadbalance.config import LoadBalancerConfig
     from loadbalance.cycle import CycleState, step
     from loadbalance.view import ReportDigests, _digest
-    from streaming.schema import BROKER
 
     namespaces = {f"t/n{i}": NamespaceBundles.initial(f"t/n{i}", 16) for i in range(4)}
     names = [b for nb in namespaces.values() for b in nb.bundle_names]
@@ -253,21 +255,8 @@ def test_the_views_digests_are_what_folding_the_reports_would_work_out() -> None
     view = DriverView()
     view.apply(_shard_rows({"s:0": hot.to_bytes(), "s:1": cold.to_bytes()}))
     reports = {"hot": names[:20], "cold": [*quiet, names[0]], "idle": names[50:]}
-    docs = [
-        json.dumps({"bundles": b, "cpu": {"usage": 50, "limit": 100}}) for b in reports.values()
-    ]
-    view.apply(
-        frame(
-            OUTPUT_FIELDS,
-            len(docs),
-            kind=np.array([BROKER] * len(docs), dtype=object),
-            name=np.array(list(reports), dtype=object),
-            event_ms=np.full(len(docs), 5, dtype=np.int64),
-            history_usage=np.full(len(docs), 0.5),
-            msg_throughput_ema=np.full(len(docs), 1.0),
-            doc=np.array(docs, dtype=object),
-        )
-    )
+    cpu = {"usage": 50, "limit": 100}
+    view.apply(_broker_rows({b: {"bundles": n, "cpu": cpu} for b, n in reports.items()}))
     got = view.cluster_view(namespaces)
     for broker, bv in got.brokers.items():
         digest = got.report_digests.by_broker[broker]
