@@ -55,10 +55,17 @@ def test_random_operations_keep_the_contracts_invariants(ops) -> None:
             elif kind == "renew" and r.name in held:
                 x = held[r.name]
                 ok = s.renew_all(x.broker, {r.name: x.token}, now, ttl_ms=150)[r.name]
-                assert ok == (s.owner(r.name, now) is not None)
+                live = s.owner(r.name, now)
+                assert ok == (live is not None)
+                if ok:  # the renewed lease: same holder and token, a later expiry
+                    assert live is not None and (live.broker, live.token) == (x.broker, x.token)
+                    held[r.name] = live
             elif kind == "release" and r.name in held:
                 x = held.pop(r.name)
-                was_live = x.expires_at_ms > now and s.owner(r.name, now) == x
+                # a release is taken when its holder and token are the live lease's (a renew
+                # since may have moved the expiry the caller's copy shows)
+                live = s.owner(r.name, now)
+                was_live = live is not None and (live.broker, live.token) == (x.broker, x.token)
                 assert s.release(r.name, x.broker, x.token, now) is was_live
             elif kind == "transfer" and r.name in held:
                 x = held.pop(r.name)
