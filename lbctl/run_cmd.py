@@ -8,7 +8,9 @@ What runs (each its own process, logs in one run folder, ``.lbctl/run/<time>/`` 
 * ``lbctl stream``: the Spark Structured Streaming job (load reports -> averages -> decisions);
 * ``lbctl control``: the controller applying decisions to the ownership in Redis;
 * ``lbctl simulate``: a simulated cluster playing the scenario (default ``hot_bundle``); its
-  brokers publish load reports to Kafka and serve the bundles Redis says they own.
+  brokers publish load reports to Kafka and serve the bundles Redis says they own. It starts
+  once the job's streaming query has started (``wait_for_query``), so the scenario's first
+  cycles are not played while Spark is still starting.
 
 The live view is ``lbctl monitor``'s (``lbctl.monitor_cmd``): the ``pulsar-perf monitor-brokers``
 table, the latest decisions, lease and registry health and the streaming job's lag, read from
@@ -34,6 +36,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,7 @@ DEFAULT_PAIR = "ours"
 # so hot_bundle splits at the first streaming batch and balances with Pulsar's own defaults
 # (times in README, "lbctl run").
 DEMO_KNOBS: dict[str, str] = {}
+QUERY_START_LIMIT_S = 180.0  # the simulator waits at most this for the job's query to start
 CATCH_UP_LIMIT_S = 240.0  # after the simulator's last cycle, wait at most this for the job
 
 log = logging.getLogger("lbctl.run")
@@ -208,7 +212,16 @@ def run_live(args: argparse.Namespace) -> int:
         if sup.stop_requested.is_set():  # Ctrl-C while the services started: start no job
             raise _StoppedEarly
         checkpoint = _prepare(args, config, bootstrap, redis_url, run_dir)
-        _start_children(args, config, sets, sup, say, bootstrap, redis_url, checkpoint)
+        stream = _start_pipeline(args, config, sets, sup, say, bootstrap, redis_url, checkpoint)
+        started = wait_for_query(checkpoint, stream.proc, sup.stop_requested, QUERY_START_LIMIT_S)
+        if sup.stop_requested.is_set():
+            raise _StoppedEarly
+        if started is not None:
+            say(f"streaming query started after {started:.1f}s; starting the simulator")
+        else:  # ended or slow: the watch loop reports an ended job with its log
+            say(f"the streaming query has not started after {QUERY_START_LIMIT_S:.0f}s; "
+                "starting the simulator anyway")  # fmt: skip
+        _start_simulator(args, sets, sup, say, bootstrap, redis_url)
         monitor = build_monitor(config, redis_url, bootstrap=bootstrap, checkpoint=checkpoint)
         code, summary = _watch(args, sup, monitor, say, run_dir)
     except ServiceError as e:
@@ -253,7 +266,14 @@ def _services(args, config: Any, sup: Supervisor, say, run_dir: Path) -> tuple[s
     return bootstrap, redis_url
 
 
-def _start_children(
+def _common_flags(args: argparse.Namespace, sets: list[str]) -> list[str]:
+    common = [*(["--config", str(args.config)] if args.config else [])]
+    for s in sets:
+        common += ["--set", s]
+    return common
+
+
+def _start_pipeline(
     args,
     config: Any,
     sets: list[str],
@@ -262,15 +282,13 @@ def _start_children(
     bootstrap: str,
     redis_url: str,
     checkpoint: Path,
-) -> None:
-    """Start the streaming job, the controller and the simulator, sharing the configuration
-    flags and the service addresses."""
-    common = [*(["--config", str(args.config)] if args.config else [])]
-    for s in sets:
-        common += ["--set", s]
+) -> Any:
+    """Start the streaming job and the controller, sharing the configuration flags and the
+    service addresses; the job's ``Child``."""
+    common = _common_flags(args, sets)
     where = ["--bootstrap-servers", bootstrap, "--redis-url", redis_url]
     port = child_metrics_ports(args.metrics_port)
-    sup.start(
+    stream = sup.start(
         "stream",
         lbctl_argv(
             "stream", *where, "--checkpoint", str(checkpoint),
@@ -289,14 +307,43 @@ def _start_children(
             *common,
         ),
     )
-    sim = ["simulate", args.scenario, *where, "--cycle-seconds", str(args.cycle_seconds)]
-    sim += ["--seed", str(args.seed), *(["--cycles", str(args.cycles)] if args.cycles else [])]
-    sim += port["simulate"]
-    sup.start("simulate", lbctl_argv(*sim, *common), may_finish=args.cycles is not None)
     if args.metrics_port is not None:
         say(
             "metrics: " + ", ".join(f"{n} http://127.0.0.1:{p[1]}/metrics" for n, p in port.items())
         )
+    return stream
+
+
+def _start_simulator(args, sets: list[str], sup: Supervisor, say, bootstrap: str, redis_url: str):
+    where = ["--bootstrap-servers", bootstrap, "--redis-url", redis_url]
+    sim = ["simulate", args.scenario, *where, "--cycle-seconds", str(args.cycle_seconds)]
+    sim += ["--seed", str(args.seed), *(["--cycles", str(args.cycles)] if args.cycles else [])]
+    sim += child_metrics_ports(args.metrics_port)["simulate"]
+    sup.start(
+        "simulate", lbctl_argv(*sim, *_common_flags(args, sets)), may_finish=args.cycles is not None
+    )
+
+
+def wait_for_query(
+    checkpoint: Path, proc: Any, stop: threading.Event, limit_s: float, poll_s: float = 0.2
+) -> float | None:
+    """Seconds until the streaming job's query started, None if the job ended first, a stop
+    was asked for, or ``limit_s`` passed.
+
+    Why wait: the simulator runs the scenario at seconds per cycle, while the job's JVM and
+    query take ten seconds or more to start; cycles played meanwhile reach the job as one first
+    batch, which decides on many cycles' reports at once where the model decides after each
+    (docs/scoreboard.md, paced mode). Spark writes ``<checkpoint>/metadata`` when it creates
+    the query, before any batch (a resumed checkpoint has it already: no wait)."""
+    started = time.monotonic()
+    marker = checkpoint / "metadata"
+    while True:
+        if marker.exists():
+            return time.monotonic() - started
+        if proc.poll() is not None or time.monotonic() - started >= limit_s:
+            return None
+        if stop.wait(poll_s):
+            return None
 
 
 def child_metrics_ports(base: int | None) -> dict[str, list[str]]:

@@ -60,3 +60,42 @@ def test_summary_text_names_decisions_spreads_and_times_and_copes_with_no_batch(
          "firstBatchAfterS": None, "balancedAfterS": None}
     )  # fmt: skip
     assert "decisions applied: none" in empty and "start n/a -> end n/a" in empty
+
+
+class _Proc:
+    """A child process stand-in: ``poll`` is None while it runs."""
+
+    def __init__(self) -> None:
+        self.code: int | None = None
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+def test_the_simulator_waits_for_the_query_to_start(tmp_path) -> None:
+    """``wait_for_query`` returns once Spark has written the checkpoint's metadata, and gives up
+    (None) when the job ends, a stop is asked for, or the limit passes."""
+    import threading
+    import time
+
+    from lbctl.run_cmd import wait_for_query
+
+    proc, stop = _Proc(), threading.Event()
+    timer = threading.Timer(0.3, lambda: (tmp_path / "metadata").write_text("{}"))
+    timer.start()
+    took = wait_for_query(tmp_path, proc, stop, limit_s=10, poll_s=0.02)
+    timer.join()
+    assert took is not None and 0.25 <= took < 5
+    assert wait_for_query(tmp_path, proc, stop, limit_s=10) is not None  # a resumed checkpoint
+
+    fresh = tmp_path / "fresh"
+    proc.code = 1  # the job died
+    started = time.monotonic()
+    assert wait_for_query(fresh, proc, stop, limit_s=10, poll_s=0.02) is None
+    assert time.monotonic() - started < 1
+    proc.code = None
+    assert wait_for_query(fresh, proc, stop, limit_s=0.1, poll_s=0.02) is None  # too slow
+    stop.set()
+    started = time.monotonic()
+    assert wait_for_query(fresh, proc, stop, limit_s=10, poll_s=0.02) is None  # Ctrl-C
+    assert time.monotonic() - started < 1
