@@ -120,6 +120,15 @@ def usage_percents(doc: str) -> tuple[float, float, float, float, float]:
     return out[0], out[1], out[2], out[3], out[4]
 
 
+def count_report_issues(doc: str) -> None:
+    """Add a report's ``reportIssues`` (summed over the broker's reports of the batch by the
+    state step) to ``lbctl_report_issues_total`` with ``source="stream"``. Counted once per
+    batch the decision stage completes; a batch replayed after a crash may count twice, as any
+    counter of a restarted process would."""
+    for kind, n in (json.loads(doc).get("reportIssues") or {}).items():
+        metrics.REPORT_ISSUES.labels(source="stream", kind=kind).inc(int(n))
+
+
 class StreamMetrics:
     """The stream job's Prometheus updates, once per batch (never per record).
 
@@ -171,6 +180,8 @@ class StreamMetrics:
             if kind == BROKER:
                 self._set(name, doc, float(score))
                 reported.add(name)
+                if '"reportIssues"' in doc:
+                    count_report_issues(doc)
             else:
                 gone.append(name)
         gone = [n for n in gone if n not in reported]

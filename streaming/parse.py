@@ -266,7 +266,9 @@ def parse_records(
     of the row; during a catch-up a run holds many reports of each broker, whose documents were
     shuffled to the state step only to be dropped. The latest report of a batch is the latest
     of the run it came in, so it always has its document. A run whose latest report Spark drops
-    as late has only late reports of that broker (they are not newer), so none is lost."""
+    as late has only late reports of that broker (they are not newer), so none is lost. A
+    dropped document that lists ``reportIssues`` leaves a document of those alone, so that the
+    issues are still counted."""
     rows: list[tuple[Any, ...]] = []
     for value, key, topic, partition, offset, ts in zip(
         values, keys, topics, partitions, offsets, timestamps_ms, strict=True
@@ -284,8 +286,17 @@ def parse_records(
         keep = set(latest.values())
         for i, row in enumerate(rows):
             if row[1] == REPORT and i not in keep:
-                rows[i] = (*row[:-1], None)
+                rows[i] = (*row[:-1], _issues_only(row[-1]))
     return rows
+
+
+def _issues_only(doc: bytes | None) -> bytes | None:
+    """What is kept of a dropped report document: its ``reportIssues``, which the state step
+    sums over the broker's reports of the batch (None when it has none, the usual case)."""
+    if doc is None or b'"reportIssues"' not in doc:
+        return None
+    issues = json.loads(doc).get("reportIssues")
+    return json.dumps({"reportIssues": issues}).encode() if issues else None
 
 
 def parsed_arrow_batch(rows: list[tuple[Any, ...]]) -> Any:

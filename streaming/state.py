@@ -37,6 +37,7 @@ broker clocks in sync.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -184,7 +185,9 @@ class LoadStateProcessor(StatefulProcessor):
             usage = history_usage(usage, u, h)
             ema = history_usage(ema, thr, h)
         last = pdf.iloc[-1]
-        report = bytes(last["payload"]).decode()
+        # the parse stage keeps only the latest report's document (earlier ones: None, or
+        # their reportIssues alone)
+        report = with_batch_issues([bytes(p) for p in pdf["payload"].tolist() if p is not None])
         event_ms = int(last["event_ms"])
         # One timer per broker, armed at its first report and re-armed when it fires (see
         # handleExpiredTimer), instead of deleting and registering one on every report: each
@@ -218,6 +221,32 @@ class LoadStateProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+_ISSUES_KEY = b'"reportIssues"'
+
+
+def with_batch_issues(payloads: list[bytes]) -> str:
+    """The last of a broker's report documents in this batch, with ``reportIssues`` (kind ->
+    count, what the codec ignored in an accepted report) summed over all of them (the earlier
+    ones may be documents of their ``reportIssues`` alone, see ``parse.parse_records``).
+
+    Why: only the last report goes on to the decision stage, which counts the issues for
+    ``lbctl_report_issues_total``; a batch that read several reports of one broker (a catch-up)
+    would otherwise count the last one's issues alone. A document without issues is not
+    decoded (the parse stage adds the key only when there are some), so the usual batch costs a
+    substring search per report."""
+    last = payloads[-1]
+    if not any(_ISSUES_KEY in p for p in payloads[:-1]):
+        return last.decode()
+    total: dict[str, int] = {}
+    for raw in payloads:
+        if _ISSUES_KEY in raw:
+            for kind, n in (json.loads(raw).get("reportIssues") or {}).items():
+                total[kind] = total.get(kind, 0) + int(n)
+    doc = json.loads(last)
+    doc["reportIssues"] = total
+    return json.dumps(doc)
 
 
 def broker_row(

@@ -127,3 +127,24 @@ def test_a_new_checkpoints_first_batch_is_counted_from_where_the_log_starts():
     assert records_read(first) is None
     assert records_read(first, {"t": {"0": 0, "1": 2}}) == 16
     assert records_read(first, {"t": {"0": 10}}) == 4  # a partition it does not know: not counted
+
+
+def test_a_dropped_document_keeps_its_report_issues_for_the_batch_count():
+    """An earlier report's document is dropped, but what the codec ignored in it is still
+    summed into the latest report's ``reportIssues`` by the state step."""
+    import json
+
+    from streaming.state import with_batch_issues
+
+    broken = json.loads(_report("a:8080", 0))
+    broken["cpu"]["usage"] = "not a number"  # ignored and counted: reading_ignored
+    values = [json.dumps(broken).encode(), _report("a:8080", 1)]
+    rows = parse_records(values, [b"a:8080"] * 2, ["t"] * 2, [0, 0], [10, 11], [5000, 9000],
+                         SETTINGS)  # fmt: skip
+    reports = [r for r in rows if r[1] == REPORT]
+    dropped, latest = reports[0][-1], reports[1][-1]
+    assert json.loads(dropped) == {"reportIssues": {"reading_ignored": 1}}
+    assert "reportIssues" not in json.loads(latest)
+    merged = json.loads(with_batch_issues([p for p in (dropped, latest) if p is not None]))
+    assert merged["reportIssues"] == {"reading_ignored": 1}
+    assert merged["cpu"] == json.loads(latest)["cpu"]  # otherwise the latest report's own
