@@ -186,16 +186,6 @@ class RedisProgress:
             None if brokers is None else [str(b) for b in json.loads(brokers)],
         )
 
-    def pending_namespaces(self, batch: int) -> dict[str, NamespaceBundles] | None:
-        record = self.pending(batch)
-        return None if record is None else record.namespaces
-
-    def pending_brokers(self, batch: int) -> list[str] | None:
-        """The live brokers recorded with batch ``batch``'s pending cycle; None when the record
-        is another batch's or holds none."""
-        record = self.pending(batch)
-        return None if record is None else record.brokers
-
     def set_pending(
         self,
         batch: int,

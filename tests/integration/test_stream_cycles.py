@@ -93,7 +93,7 @@ def test_a_cycle_that_failed_after_its_batch_committed_is_completed_on_restart_w
     store = RedisProgress(fresh_redis, config.redis_key_prefix)
     failed = store.read()
     assert failed.cycle_pending  # the batch's view is committed, its cycle is not
-    assert store.pending_namespaces(failed.batch) is not None
+    assert store.pending(failed.batch) is not None
     assert _decisions(kafka_bootstrap, config) == []
 
     monkeypatch.setattr(decide, "step", real_step)
@@ -117,7 +117,7 @@ def test_a_cycle_that_failed_after_its_batch_committed_is_completed_on_restart_w
 
 def test_progress_keeps_the_pending_namespaces_until_the_cycle_commits(fresh_redis):
     from loadbalance.bundles import NamespaceBundles
-    from metadata_store.progress import Progress
+    from metadata_store.progress import PendingCycle, Progress
 
     store = RedisProgress(fresh_redis, "p")
     namespaces = {NS: NamespaceBundles.initial(NS, 4)}
@@ -125,17 +125,17 @@ def test_progress_keeps_the_pending_namespaces_until_the_cycle_commits(fresh_red
     store.commit(Progress(7, 1000, cycle_pending=True), {}, (), {"s:0": b"blob"}, ())
     read = store.read()
     assert (read.batch, read.now_ms, read.cycle_pending) == (7, 1000, True)
-    assert store.pending_namespaces(7) == namespaces
+    assert store.pending(7) == PendingCycle(namespaces, None)
     assert fresh_redis.hget("p:load:shards", "s:0") == b"blob"
 
     store.commit_cycle(Progress(7, 1000))
     assert not store.read().cycle_pending
-    assert store.pending_namespaces(7) is None
+    assert store.pending(7) is None
 
     # a batch without a cycle ends the pending record in its own commit
     store.set_pending(8, namespaces)
     store.commit(Progress(8, 2000), {}, (), {}, ())
-    assert store.pending_namespaces(8) is None
+    assert store.pending(8) is None
 
     # progress written before cycle_pending existed reads as no cycle pending
     fresh_redis.hdel("p:stream:progress", "cycle_pending")

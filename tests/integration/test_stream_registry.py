@@ -23,7 +23,7 @@ from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import encode_report
 from metadata_store.keys import Keys
 from metadata_store.ownership_redis import RedisStore
-from metadata_store.progress import MemoryProgress, RedisProgress
+from metadata_store.progress import MemoryProgress, PendingCycle, RedisProgress
 from streaming.driver_view import DriverView
 from streaming.schema import BROKER, OUTPUT_FIELDS, frame
 
@@ -69,12 +69,11 @@ def test_the_pending_record_carries_the_registrys_live_brokers_for_its_batch_onl
     assert live == ["b1", "b2"]
     namespaces = {NS: NamespaceBundles.initial(NS, 2)}
     progress.set_pending(7, namespaces, live)
-    assert progress.pending_brokers(7) == ["b1", "b2"]
-    assert progress.pending_brokers(8) is None  # another batch's record
-    assert progress.pending_namespaces(7) == namespaces
+    assert progress.pending(7) == PendingCycle(namespaces, ["b1", "b2"])
+    assert progress.pending(8) is None  # another batch's record
     # a record written without brokers (an older job) means: no filter
     progress.set_pending(9, namespaces)
-    assert progress.pending_brokers(9) is None
+    assert progress.pending(9) == PendingCycle(namespaces, None)
     raw = fresh_redis.hgetall(Keys("lb").stream_pending())
     assert json.loads(raw[b"namespaces"]) and b"brokers" not in raw
 
