@@ -86,10 +86,10 @@ def policies_due(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> 
 
 def _lookahead(advance_ms: int) -> int:
     """How far ahead of a batch's clock to look for a due cycle: four times what the last batch
-    advanced it, at least 3 s. The first warm-up in that window turns the whole view into the
-    core's values (more CPU than a whole batch takes, beside the next batch, so it must start a
-    few batches early to be over when the cycle comes); the next ones redo only what changed,
-    and the cycle itself only what its own batch changed."""
+    advanced it, at least 3 s. The first warm-up in that window decodes every shard blob (up
+    to about a second of CPU at a million bundles, beside the next batch, so it must start a few
+    batches early to be over when the cycle comes); the next ones redo only what changed, and
+    the cycle itself only what its own batch changed."""
     return max(3000, 4 * max(0, advance_ms))
 
 
@@ -423,8 +423,8 @@ class DecisionStage:
         if policies_due(progress.cycle_state, self.config, now_ms + _lookahead(
             now_ms - progress.now_ms
         )):  # fmt: skip
-            # a cycle is due within a few batches: turn the view into the core's values now,
-            # beside the next batch's Spark work, so the cycle rebuilds only what changes
+            # a cycle is due within a few batches: decode the shard blobs now, beside the next
+            # batch's Spark work, so the cycle decodes only what changes
             self._view.warm()
         self._finished(stats, started)
 

@@ -15,10 +15,10 @@ step emitted it (the blob is the format's bundle-shard record); ``P:load:brokers
 ``repr`` and so read back bit for bit.
 
 Why the driver keeps this copy rather than reading the snapshot back from Redis for each cycle:
-the copy is what lets a cycle turn into the core's values only the bundles that changed since
-the last one (or since the background warm-up), and it costs no more than the bytes the batch
-already brought to the driver; a full read and materialisation per cycle would cost more than
-a batch (``docs/benchmarks.md``, streaming job).
+the copy is what lets a cycle decode only the shards that changed since the last one (or since
+the background warm-up) and keep the values it made for unchanged bundles, and it costs no more
+than the bytes the batch already brought to the driver; a full read and decode per cycle would
+cost more than a batch (``docs/benchmarks.md``, streaming job).
 
 Blobs are decoded only when a policy cycle needs them, and then only the shards that changed
 since the previous cycle: with reports every few seconds and policies every minute, most blobs
@@ -79,7 +79,8 @@ def report_from_doc(
     doc: Mapping[str, Any], broker: str, last_stats: Mapping[str, NamespaceBundleStats]
 ) -> LocalBrokerData:
     """Rebuild a report the codec already validated (no second validation: 5,000 bundle names
-    per report would cost more than the rest of the decision stage)."""
+    per report would cost more than the rest of the decision stage). ``last_stats`` is used as
+    given, so it must be read-only (the view passes a lazy ``_LastStats``)."""
     kw = {
         attr: ResourceUsage(float(doc[key]["usage"]), float(doc[key]["limit"]))
         for key, attr in _RESOURCES
@@ -96,9 +97,7 @@ def report_from_doc(
         num_consumers=int(doc.get("numConsumers", 0)),
         num_producers=int(doc.get("numProducers", 0)),
         bundles=frozenset(doc.get("bundles") or ()),
-        last_stats=last_stats
-        if isinstance(last_stats, _LastStats)
-        else MappingProxyType(dict(last_stats)),
+        last_stats=last_stats,
         last_update_ms=int(doc.get("lastUpdate", 0)),
         web_service_url=doc.get("webServiceUrl") or "",
         pulsar_service_url=doc.get("pulsarServiceUrl") or "",
@@ -331,9 +330,9 @@ class _Columns:
         states = [made[key].state for key in sorted(made)]
         self.offset: dict[str, int] = {}
         total = 0
-        for key in sorted(made):
+        for key, state in zip(sorted(made), states, strict=True):
             self.offset[key] = total
-            total += len(made[key].state)
+            total += len(state)
         self.default_row = total  # the last row: a bundle without data
         self.values = np.concatenate(
             [np.hstack((m.short_avg, m.long_avg)) for m in states] + [_DEFAULT_SUMS[None, :]]
@@ -520,10 +519,9 @@ class DriverView:
                 }
 
     def warm(self) -> None:
-        """Materialise the current blobs in a background thread, so that the next policy cycle
-        turns into the core's values only the bundles that change in between (a full view of
-        100,000 bundles costs more driver time than a batch; the decision stage calls this when
-        a cycle is due within the next batches). The view a cycle sees does not depend on it."""
+        """Decode the current blobs in a background thread, so that the next policy cycle
+        decodes only the shards that change in between (the decision stage calls this when a
+        cycle is due within the next batches). The view a cycle sees does not depend on it."""
         if self._warming is not None and self._warming.is_alive():
             return
         shards = dict(self._shards)
