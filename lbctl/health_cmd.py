@@ -52,9 +52,8 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
-from infra.offsets import latest_offsets
-from lbctl.monitor_lag import checkpoint_offsets
-from loadbalance.config import ConfigError, redact_url
+from lbctl.monitor_lag import LagProbe
+from loadbalance.config import ConfigError, LoadBalancerConfig, redact_url
 from metadata_store.progress import RedisProgress
 
 HEALTHY, UNHEALTHY = 0, 1
@@ -217,7 +216,8 @@ def run_health(args: argparse.Namespace) -> int:
     max_age_s = args.max_age_s if args.max_age_s is not None else DEFAULT_MAX_AGE_S[args.process]
     try:
         if args.process == "stream":
-            value, source = _read_stream(args)
+            config = _stream_config(args)
+            value, source = _read_stream(args, config)
         else:
             value, source = _read_counter(args.metrics_url, PROGRESS_COUNTERS[args.process])
     except _ProbeError as e:
@@ -226,7 +226,7 @@ def run_health(args: argparse.Namespace) -> int:
     state_file = args.state_file or default_state_file(args.process, source)
     verdict = judge(load_seen(state_file), value, int(time.time() * 1000), int(max_age_s * 1000))
     if args.process == "stream" and args.checkpoint is not None:
-        verdict = _with_stream_input(verdict, args)
+        verdict = _with_stream_input(verdict, args.checkpoint, config)
     try:
         save_seen(state_file, verdict.seen)
     except OSError as e:  # a probe that cannot remember cannot detect a stall: say so
@@ -240,11 +240,14 @@ class _ProbeError(Exception):
     """The progress record could not be read at all."""
 
 
-def _read_stream(args: argparse.Namespace) -> tuple[str | None, str]:
+def _stream_config(args: argparse.Namespace) -> LoadBalancerConfig:
     try:
-        config = load_from_args(args, quiet=True)
+        return load_from_args(args, quiet=True)
     except ConfigError as e:
         raise _ProbeError(str(e)) from None
+
+
+def _read_stream(args: argparse.Namespace, config: LoadBalancerConfig) -> tuple[str | None, str]:
     url = args.redis_url or config.redis_url
     if not url:
         raise _ProbeError("no Redis: pass --redis-url or set redisUrl")
@@ -262,28 +265,22 @@ def _read_stream(args: argparse.Namespace) -> tuple[str | None, str]:
     return value, f"{url}|{config.redis_key_prefix}"
 
 
-def _with_stream_input(verdict: Verdict, args: argparse.Namespace) -> Verdict:
-    """``with_input_position`` with the job's unread reports, read only for a stale batch (a
-    Kafka round trip per probe otherwise buys nothing)."""
+def _with_stream_input(verdict: Verdict, checkpoint: Path, config: LoadBalancerConfig) -> Verdict:
+    """``with_input_position`` with the job's unread reports (``lbctl monitor``'s lag probe),
+    read only for a stale batch (a Kafka round trip per probe otherwise buys nothing)."""
     if verdict.healthy or verdict.seen is None:
         return verdict
-    config = load_from_args(args, quiet=True)  # read once already by _read_stream
-    topic = config.load_reports_topic
-    processed = checkpoint_offsets(args.checkpoint, topic)
-    if processed is None:
-        return replace(
-            verdict, message=f"{verdict.message}; no committed batch in {args.checkpoint}"
-        )
     if not config.kafka_bootstrap_servers:
         return replace(verdict, message=f"{verdict.message}; set kafkaBootstrapServers to compare")
-    try:
-        end = latest_offsets(
-            config.kafka_bootstrap_servers, topic, kafka_security(config) or None, timeout_s=5.0
-        )
-    except Exception as e:  # Kafka away: the age alone decides
-        return replace(verdict, message=f"{verdict.message}; Kafka unreadable: {e}")
-    unread = sum(max(0, o - processed.get(p, 0)) for p, o in end.items())
-    return with_input_position(verdict, unread, topic)
+    topic = config.load_reports_topic
+    lag = LagProbe(
+        config.kafka_bootstrap_servers, topic, kafka_security(config) or None, checkpoint
+    )()
+    if lag.error:  # Kafka away: the age alone decides
+        return replace(verdict, message=f"{verdict.message}; Kafka unreadable: {lag.error}")
+    if lag.processed_offsets is None:
+        return replace(verdict, message=f"{verdict.message}; no committed batch in {checkpoint}")
+    return with_input_position(verdict, lag.records, topic)
 
 
 def _read_counter(url: str, sample_name: str) -> tuple[str | None, str]:
