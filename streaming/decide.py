@@ -62,7 +62,7 @@ from loadbalance.shedding.registry import make_shedder
 from loadbalance.values import DecisionReason, SkipReason
 from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
 from streaming.driver_view import DriverView, gc_paused, lower_thread_priority
-from streaming.schema import BROKER, BROKER_GONE, DEAD
+from streaming.schema import BROKER, BROKER_GONE, DEAD, ISSUES_FIELD, ISSUES_MARK
 from streaming.sinks import KafkaSink
 
 log = logging.getLogger("streaming.decide")
@@ -125,7 +125,7 @@ def count_report_issues(doc: str) -> None:
     state step) to ``lbctl_report_issues_total`` with ``source="stream"``. Counted once per
     batch the decision stage completes; a batch replayed after a crash may count twice, as any
     counter of a restarted process would."""
-    for kind, n in (json.loads(doc).get("reportIssues") or {}).items():
+    for kind, n in (json.loads(doc).get(ISSUES_FIELD) or {}).items():
         metrics.REPORT_ISSUES.labels(source="stream", kind=kind).inc(int(n))
 
 
@@ -180,7 +180,7 @@ class StreamMetrics:
             if kind == BROKER:
                 self._set(name, doc, float(score))
                 reported.add(name)
-                if '"reportIssues"' in doc:
+                if ISSUES_MARK in doc:
                     count_report_issues(doc)
             else:
                 gone.append(name)

@@ -45,6 +45,8 @@ from streaming.schema import (
     BROKER_PREFIX,
     DEAD,
     DEAD_KEY,
+    ISSUES_FIELD,
+    ISSUES_MARK,
     PARSED_FIELDS,
     REPORT,
     SAMPLES,
@@ -147,7 +149,7 @@ def report_rows(
     doc = report_to_dict(head)  # the head's last_stats is empty, and not part of the row
     del doc["lastStats"]
     if head.issue_counts:
-        doc["reportIssues"] = dict(head.issue_counts)
+        doc[ISSUES_FIELD] = dict(head.issue_counts)
         _warn_issues(head)
     rows: list[tuple[Any, ...]] = [
         (
@@ -293,10 +295,10 @@ def parse_records(
 def _issues_only(doc: bytes | None) -> bytes | None:
     """What is kept of a dropped report document: its ``reportIssues``, which the state step
     sums over the broker's reports of the batch (None when it has none, the usual case)."""
-    if doc is None or b'"reportIssues"' not in doc:
+    if doc is None or ISSUES_MARK.encode() not in doc:
         return None
-    issues = json.loads(doc).get("reportIssues")
-    return json.dumps({"reportIssues": issues}).encode() if issues else None
+    issues = json.loads(doc).get(ISSUES_FIELD)
+    return json.dumps({ISSUES_FIELD: issues}).encode() if issues else None
 
 
 def parsed_arrow_batch(rows: list[tuple[Any, ...]]) -> Any:

@@ -52,6 +52,11 @@ SAMPLES, REPORT, DEAD = RowKind.SAMPLES, RowKind.REPORT, RowKind.DEAD
 SHARD, BROKER, BROKER_GONE = RowKind.SHARD, RowKind.BROKER, RowKind.BROKER_GONE
 DEAD_KEY = "dead"
 SHARD_PREFIX, BROKER_PREFIX = "s:", "b:"
+ISSUES_FIELD = "reportIssues"
+"""The field of a report row's document with what the codec ignored in it (kind -> count):
+written by the parse stage, summed per batch by the state step, counted by the decision stage.
+The stages test for the quoted name in the document's text before decoding it."""
+ISSUES_MARK = f'"{ISSUES_FIELD}"'
 
 PARSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("key", "string"),

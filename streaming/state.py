@@ -58,6 +58,8 @@ from streaming.schema import (
     BROKER_GONE,
     BROKER_PREFIX,
     DEAD,
+    ISSUES_FIELD,
+    ISSUES_MARK,
     OUTPUT_FIELDS,
     SHARD,
     SHARD_PREFIX,
@@ -223,7 +225,7 @@ class LoadStateProcessor(StatefulProcessor):
         pass
 
 
-_ISSUES_KEY = b'"reportIssues"'
+_ISSUES_KEY = ISSUES_MARK.encode()
 
 
 def with_batch_issues(payloads: list[bytes]) -> str:
@@ -242,10 +244,10 @@ def with_batch_issues(payloads: list[bytes]) -> str:
     total: dict[str, int] = {}
     for raw in payloads:
         if _ISSUES_KEY in raw:
-            for kind, n in (json.loads(raw).get("reportIssues") or {}).items():
+            for kind, n in (json.loads(raw).get(ISSUES_FIELD) or {}).items():
                 total[kind] = total.get(kind, 0) + int(n)
     doc = json.loads(last)
-    doc["reportIssues"] = total
+    doc[ISSUES_FIELD] = total
     return json.dumps(doc)
 
 
