@@ -24,7 +24,6 @@ import math
 import random
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.placement.base import Preallocations, pending_msg_rate
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
     from loadbalance.model import LocalBrokerData
 
-_NOTHING: Mapping[str, BundleData] = MappingProxyType({})
 _USAGE_MEMO = 4096
 
 
