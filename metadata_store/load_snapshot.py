@@ -6,16 +6,25 @@ placement, recovery, the command line (``broker load-report``, ``broker-stats lo
 ``monitor``) and anyone's script. The format is documented in ``docs/snapshot-format.md``
 ("Load snapshot in Redis"); in short, under the key prefix ``P``:
 
-* ``P:load:version``: the format version (``1``); absent on a snapshot that predates it, which
-  reads as 1. A reader refuses any other version instead of guessing.
+* ``P:load:version``: the format version (``2``); absent on a snapshot that predates it, which
+  reads as 1. Version 1 is version 2 without delta records, so this reader reads both; it
+  refuses any other version instead of guessing.
 * ``P:load:brokers``: broker -> JSON, exactly the ``brokers`` entry of the snapshot that
   ``lbctl decide`` reads (``{"report", "historyUsage", "msgThroughputEma", "updatedAtMs"}``;
   the report without ``lastStats``, which the bundle records hold).
 * ``P:load:shards``: bundle shard (``s:<n>``) -> one **bundle-shard record**, the columns of
-  every bundle of that shard in little-endian binary (layout below and in the doc).
+  every bundle of that shard in little-endian binary (layout below and in the doc); and
+  ``s:<n>+<k>`` (k = 1, 2, ...) -> the shard's **delta records**: records of the bundles the
+  k-th batch after the base record changed. A delta's rows replace the rows of the same names,
+  and its new names are appended, in k order (``merge_bundle_shard``, ``merged_shards``).
 
-Why binary columns and not one JSON document per bundle: the job rewrites every shard in every
-micro-batch (a batch's reports touch all of them). Formatting 100,000 bundles as the
+Why deltas: with a million bundles a batch's reports change about a sixth of every shard, and
+rewriting every whole record in every batch was the largest cost the job paid per batch. The
+job appends the changed rows instead and writes a whole record again (dropping the shard's
+deltas) once the deltas hold about as many rows as the record, or when bundles expired.
+
+Why binary columns and not one JSON document per bundle: the job writes a record for every
+shard in every micro-batch (a batch's reports touch all of them). Formatting 100,000 bundles as the
 ``bundleData`` documents of ``lbctl decide`` costs about 150 times what packing the columns
 does, and columnar JSON still about 30 times (``docs/benchmarks.md``, streaming job), which
 would more than double a batch. So the bundle half is published as columns, and this module,
@@ -43,6 +52,7 @@ Bundle-shard record, version 1 (all integers little-endian)::
 
 from __future__ import annotations
 
+import copy
 import json
 import struct
 import zlib
@@ -66,13 +76,19 @@ __all__ = [
     "LoadSnapshot",
     "LoadSnapshotData",
     "decode_bundle_shard",
+    "delta_key",
     "encode_bundle_shard",
+    "merged_shards",
+    "record_names",
     "shard_bundle_count",
     "shard_key",
     "shards_from_docs",
+    "split_field",
 ]
 
-LOAD_SNAPSHOT_VERSION = 1
+LOAD_SNAPSHOT_VERSION = 2
+_KNOWN_VERSIONS = ("1", "2")  # 1: the same layout without delta records
+_DELTA_SEP = "+"
 """The version of the stored format this module writes and the only one it reads."""
 
 _SHARD_MAGIC = b"LBS1"
@@ -88,6 +104,19 @@ def shard_key(shard: int) -> str:
     return f"s:{shard}"
 
 
+def delta_key(base: str, k: int) -> str:
+    """The ``P:load:shards`` field of the ``k``-th (from 1) delta record of shard field ``base``."""
+    return f"{base}{_DELTA_SEP}{k}"
+
+
+def split_field(name: str) -> tuple[str, int]:
+    """A ``P:load:shards`` field as (its shard's base field, k); k is 0 for the base record."""
+    base, sep, k = name.rpartition(_DELTA_SEP)
+    if not sep or not k.isdigit() or int(k) < 1:
+        return name, 0
+    return base, int(k)
+
+
 @dataclass
 class BundleShard:
     """The columns of one bundle-shard record (see the module docstring for their meaning)."""
@@ -101,6 +130,74 @@ class BundleShard:
     last_values: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     last_counts: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
     last_seen_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        self._index = {n: i for i, n in enumerate(self.names)}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def index_of(self, names: list[str]) -> np.ndarray:
+        """Rows of ``names``, appending the bundles not held with a fresh bundle's values
+        (Pulsar's default averages, no samples), in the order first named."""
+        index = self._index
+        fresh = [n for n in dict.fromkeys(names) if n not in index]
+        if fresh:
+            self._grow(fresh)
+        return np.fromiter((index[n] for n in names), dtype=np.int64, count=len(names))
+
+    def _grow(self, fresh: list[str]) -> None:
+        k = len(fresh)
+        for n in fresh:
+            self._index[n] = len(self.names)
+            self.names.append(n)
+        self.owners.extend([""] * k)
+        self.short_n = np.concatenate([self.short_n, np.zeros(k, dtype=np.int64)])
+        self.long_n = np.concatenate([self.long_n, np.zeros(k, dtype=np.int64)])
+        defaults = np.tile(_FRESH, (k, 1))
+        self.short_avg = np.concatenate([self.short_avg, defaults])
+        self.long_avg = np.concatenate([self.long_avg, defaults.copy()])
+        self.last_values = np.concatenate([self.last_values, np.zeros((k, 4))])
+        self.last_counts = np.concatenate([self.last_counts, np.zeros((k, 3), dtype=np.int64)])
+        self.last_seen_ms = np.concatenate([self.last_seen_ms, np.zeros(k, dtype=np.int64)])
+
+    def merge(self, delta: BundleShard) -> np.ndarray:
+        """Apply a delta record in place: the rows of names in ``delta`` take its values, names
+        not held are appended in ``delta``'s order; return the rows written.
+
+        That is the order the streaming job's state step grows a shard in (a bundle is appended
+        when first seen, and a delta lists the changed rows in row order), so a base record with
+        its deltas applied is the state step's shard row for row."""
+        rows = self.index_of(delta.names)
+        for col in _COLUMNS:
+            getattr(self, col)[rows] = getattr(delta, col)
+        owners = self.owners
+        for i, owner in zip(rows.tolist(), delta.owners, strict=True):
+            owners[i] = owner
+        return rows
+
+    def rows(self, rows: np.ndarray) -> BundleShard:
+        """A record of ``rows`` alone (in the order given): a delta record."""
+        keep = rows.tolist()
+        out = BundleShard(
+            names=[self.names[i] for i in keep], owners=[self.owners[i] for i in keep]
+        )
+        for col in _COLUMNS:
+            setattr(out, col, getattr(self, col)[rows])
+        return out
+
+    def copy(self) -> BundleShard:
+        """An independent copy (arrays and lists copied)."""
+        out = copy.copy(self)
+        out.names, out.owners = list(self.names), list(self.owners)
+        out._index = dict(self._index)
+        for col in _COLUMNS:
+            setattr(out, col, getattr(self, col).copy())
+        return out
+
+
+_COLUMNS = ("short_n", "short_avg", "long_n", "long_avg", "last_values", "last_counts",
+            "last_seen_ms")  # fmt: skip
 
 
 def _join(names: list[str]) -> bytes:
@@ -125,6 +222,12 @@ def encode_bundle_shard(s: BundleShard) -> bytes:
     )
     head = _HEAD.pack(_SHARD_MAGIC, len(s.names), len(names), len(owners))
     return b"".join([head, names, owners, *(np.ascontiguousarray(a).tobytes() for a in arrays)])
+
+
+def record_names(raw: bytes) -> list[str]:
+    """The bundle names of a record, without decoding its columns."""
+    _magic, n, names_len, _owners_len = _HEAD.unpack_from(raw)
+    return _split(raw[_HEAD.size : _HEAD.size + names_len]) if n else []
 
 
 def shard_bundle_count(raw: bytes) -> int:
@@ -174,6 +277,24 @@ def decode_bundle_shard(raw: bytes) -> BundleShard:
         last_counts=take("<i8", 3),
         last_seen_ms=take("<i8", 1),
     )
+
+
+def merged_shards(fields: Mapping[str, bytes]) -> dict[str, BundleShard]:
+    """``P:load:shards`` as one record per shard: each base record with its deltas applied in
+    k order (a delta without a base applies to an empty record)."""
+    groups: dict[str, list[tuple[int, bytes]]] = {}
+    for name, raw in fields.items():
+        base, k = split_field(name)
+        groups.setdefault(base, []).append((k, bytes(raw)))
+    out: dict[str, BundleShard] = {}
+    for base, parts in sorted(groups.items()):
+        parts.sort(key=lambda p: p[0])
+        shard = decode_bundle_shard(parts[0][1]) if parts[0][0] == 0 else BundleShard()
+        for k, raw in parts:
+            if k:
+                shard.merge(decode_bundle_shard(raw))
+        out[base] = shard
+    return out
 
 
 # The record's float columns are ``TimeAverageMessageData.update_values`` order, which is the
@@ -265,7 +386,12 @@ class LoadSnapshotData:
     """One consistent read of the snapshot: broker documents and bundle-shard records."""
 
     brokers_raw: Mapping[str, bytes]
-    shards: Mapping[str, bytes]
+    shards: Mapping[str, bytes]  # the ``P:load:shards`` fields: base and delta records
+
+    @cached_property
+    def records(self) -> dict[str, BundleShard]:
+        """shard -> its record with its deltas applied (``merged_shards``)."""
+        return merged_shards(self.shards)
 
     @cached_property
     def brokers(self) -> dict[str, dict[str, Any]]:
@@ -277,8 +403,7 @@ class LoadSnapshotData:
         with another shard count before) keeps the one with the newest ``updatedAtMs``."""
         out: dict[str, dict[str, Any]] = {}
         seen: dict[str, int] = {}
-        for raw in self.shards.values():
-            s = decode_bundle_shard(bytes(raw))
+        for s in self.records.values():
             docs = shard_docs(s, full=full)
             for name, t in zip(s.names, s.last_seen_ms.tolist(), strict=True):
                 if name not in seen or t >= seen[name]:
@@ -290,8 +415,7 @@ class LoadSnapshotData:
         """bundle -> the broker that last reported it (same rule as ``bundle_docs``)."""
         out: dict[str, str] = {}
         seen: dict[str, int] = {}
-        for raw in self.shards.values():
-            s = decode_bundle_shard(bytes(raw))
+        for s in self.records.values():
             for name, owner, t in zip(s.names, s.owners, s.last_seen_ms.tolist(), strict=True):
                 if name not in seen or t >= seen[name]:
                     seen[name], out[name] = t, owner
@@ -370,7 +494,8 @@ class LoadSnapshot:
         removed_shards: Iterable[str],
     ) -> None:
         """Queue a batch's changes on ``pipe`` (a transaction the caller executes, so they land
-        with the job's progress; ``metadata_store.progress``)."""
+        with the job's progress; ``metadata_store.progress``). ``shards`` and
+        ``removed_shards`` are ``P:load:shards`` fields: base and delta records."""
         bkey, skey = self._keys.load_brokers(), self._keys.load_shards()
         gone = list(removed_brokers)
         if gone:
@@ -387,11 +512,12 @@ class LoadSnapshot:
 
 def _check_version(raw: bytes | str | None) -> int:
     if raw is None:
-        return LOAD_SNAPSHOT_VERSION
+        return 1
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    if text != str(LOAD_SNAPSHOT_VERSION):
+    if text not in _KNOWN_VERSIONS:
         raise InvalidInput(
             "load snapshot",
-            f"stored format version {text!r}; this reader knows only {LOAD_SNAPSHOT_VERSION}",
+            f"stored format version {text!r}; this reader knows only "
+            f"{' and '.join(_KNOWN_VERSIONS)}",
         )
-    return LOAD_SNAPSHOT_VERSION
+    return int(text)

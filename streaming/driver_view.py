@@ -58,8 +58,15 @@ from loadbalance.time_average import (
     TimeAverageMessageData,
 )
 from loadbalance.view import BrokerLoad, ClusterView, LoadState, ReportDigest, build_view
-from streaming.schema import BROKER, BROKER_GONE, SHARD
-from streaming.shard_state import ShardState, bundle_count
+from metadata_store.load_snapshot import (
+    decode_bundle_shard,
+    delta_key,
+    record_names,
+    shard_bundle_count,
+    split_field,
+)
+from streaming.schema import BROKER, BROKER_GONE, SHARD, SHARD_DELTA
+from streaming.shard_state import ShardState
 
 log = logging.getLogger("streaming.driver_view")
 
@@ -113,16 +120,18 @@ class _Made:
     new ``_Made`` (keeping the cached values of the rows that did not change), so a view taken
     before keeps reading the state it was taken from."""
 
-    __slots__ = ("blob", "data", "state", "stats")
+    __slots__ = ("blob", "data", "deltas", "state", "stats")
 
     def __init__(
         self,
         blob: bytes,
         state: ShardState,
+        deltas: int = 0,
         data: dict[int, BundleData] | None = None,
         stats: dict[int, NamespaceBundleStats] | None = None,
     ) -> None:
-        self.blob, self.state = blob, state
+        # the whole record decoded, and how many of its delta records are applied
+        self.blob, self.state, self.deltas = blob, state, deltas
         self.data: dict[int, BundleData] = data if data is not None else {}
         self.stats: dict[int, NamespaceBundleStats] = stats if stats is not None else {}
 
@@ -310,6 +319,18 @@ def _changed_rows(old: ShardState, new: ShardState) -> np.ndarray:
     return np.flatnonzero(changed)
 
 
+_EMPTY_RECORD = ShardState().to_bytes()
+
+
+def _kept(old: _Made, blob: bytes, state: ShardState, deltas: int, changed: np.ndarray) -> _Made:
+    """A new ``_Made`` for ``state`` keeping ``old``'s values of the rows not in ``changed``
+    (the rows keep their numbers: a shard only grows at its end between whole records)."""
+    drop = set(changed.tolist())
+    data = {r: v for r, v in old.data.items() if r not in drop}
+    stats = {r: v for r, v in old.stats.items() if r not in drop}
+    return _Made(blob, state, deltas, data, stats)
+
+
 class _Columns:
     """The decoded shards' arrays end to end (shards in key order), for per-broker figures.
 
@@ -368,8 +389,10 @@ class DriverView:
     """Latest shard blobs and broker rows; see the module docstring."""
 
     def __init__(self) -> None:
-        self._shards: dict[str, bytes] = {}  # state shard key -> latest blob
-        self._counts: dict[str, int] = {}  # bundles per shard blob
+        self._shards: dict[str, bytes] = {}  # state shard key -> its latest whole record
+        # and the delta records after it: (k of its field ``s:<n>+<k>``, record), in order
+        self._deltas: dict[str, tuple[tuple[int, bytes], ...]] = {}
+        self._counts: dict[str, int] = {}  # bundles per shard
         # per shard: the blob last decoded for a view, its state and the values made from it
         self._made: dict[str, _Made] = {}
         # bundle -> (shard key, row) in ``_made``; replaced, never changed, when names change,
@@ -396,9 +419,19 @@ class DriverView:
     def apply(self, pdf: pd.DataFrame) -> None:
         """Apply one batch of state output rows (each key appears once per kind in a batch)."""
         kinds = pdf["kind"]
-        shards = pdf[kinds == SHARD]
-        for key, payload in zip(shards["name"].tolist(), shards["payload"].tolist(), strict=True):
-            self._set_shard(key, bytes(payload))
+        shards = pdf[kinds.isin((SHARD, SHARD_DELTA))]
+        for kind, name, payload, n in zip(
+            shards["kind"].tolist(),
+            shards["name"].tolist(),
+            shards["payload"].tolist(),
+            shards["bundles"].tolist(),
+            strict=True,
+        ):
+            if kind == SHARD:
+                record = bytes(payload)
+                self._set_shard(name, record, shard_bundle_count(record))
+            else:
+                self._add_delta(name, bytes(payload), int(n))
         reported = set()
         for row in pdf[kinds == BROKER].itertuples(index=False):
             usage, ema, event_ms = row.history_usage, row.msg_throughput_ema, row.event_ms
@@ -415,10 +448,14 @@ class DriverView:
                 self.changed_brokers.pop(name, None)
                 self.removed_brokers.add(name)
 
-    def _set_shard(self, key: str, blob: bytes) -> None:
-        n = bundle_count(blob)
+    def _set_shard(self, key: str, blob: bytes, n: int) -> None:
+        """A shard's whole record (its deltas are dropped, here and in the snapshot)."""
+        for k, _ in self._deltas.pop(key, ()):
+            field = delta_key(key, k)
+            self.changed_shards.pop(field, None)
+            self.removed_shards.add(field)
         if n:
-            self._shards[key], self._counts[key] = blob, n
+            self._shards[key], self._counts[key], self._deltas[key] = blob, n, ()
             self.changed_shards[key] = blob
             self.removed_shards.discard(key)
         else:  # every bundle of the shard expired
@@ -426,6 +463,28 @@ class DriverView:
             self._counts.pop(key, None)
             self.changed_shards.pop(key, None)
             self.removed_shards.add(key)
+
+    def _add_delta(self, field: str, record: bytes, n: int) -> None:
+        """A shard's next delta record (``field`` is ``s:<n>+<k>``)."""
+        key, k = split_field(field)
+        deltas = self._deltas.get(key, ())
+        if key not in self._shards or k != (deltas[-1][0] if deltas else 0) + 1:
+            # The state step stores what it emits and this view is committed with each batch,
+            # so they disagree only when the snapshot in Redis was lost or changed behind the
+            # job's back. The delta is applied to what is held (nothing, for a lost record):
+            # the bundles of every broker that reports are back at once, the whole shard at
+            # its next whole record (``shard_state.compaction_due``).
+            log.warning(
+                "delta record %s does not follow the records held for shard %s (the load "
+                "snapshot was lost or changed); the shard is whole again at its next record",
+                field,
+                key,
+            )
+            self._shards.setdefault(key, _EMPTY_RECORD)
+        self._deltas[key] = (*deltas, (k, record))
+        self._counts[key] = n
+        self.changed_shards[field] = record
+        self.removed_shards.discard(field)
 
     # -- views and snapshots ------------------------------------------------------------------
     def cluster_view(
@@ -447,7 +506,7 @@ class DriverView:
         function of the blobs and broker rows alone, and a view rebuilt from Redis after a
         restart is the same."""
         self.wait_warm()
-        self._decode_all(dict(self._shards))
+        self._decode_all(self._records())
         made, where = dict(self._made), self._where  # this view's; the next batch replaces them
         outside = frozenset(self._outside(namespaces, where.keys()))
         columns = _Columns(made)
@@ -484,10 +543,18 @@ class DriverView:
         )
         return build_view(state, namespaces=namespaces, time_averages=averages)
 
-    def _decode_all(self, shards: Mapping[str, bytes]) -> None:
-        """Decode the blobs that changed since they were last decoded. A shard whose bundle
-        list is the same keeps the values already made for its unchanged rows (so a cycle makes
-        again only what changed); the bundle index is rebuilt when a list changed."""
+    def _records(self) -> dict[str, tuple[bytes, tuple[bytes, ...]]]:
+        """shard -> (whole record, its deltas): what a view is built from, as of now."""
+        return {
+            key: (blob, tuple(r for _, r in self._deltas.get(key, ())))
+            for key, blob in self._shards.items()
+        }
+
+    def _decode_all(self, shards: Mapping[str, tuple[bytes, tuple[bytes, ...]]]) -> None:
+        """Decode the records that changed since they were last decoded: only the new deltas
+        when the whole record is the one decoded before. A shard keeps the values already made
+        for its unchanged rows (so a cycle makes again only what changed); the bundle index is
+        rebuilt when a shard's bundle list changed."""
         with self._lock, gc_paused():
             made = self._made
             renamed = False
@@ -495,22 +562,27 @@ class DriverView:
                 del made[key]
                 renamed = True
             for key in sorted(shards):
-                blob = shards[key]
+                blob, deltas = shards[key]
                 old = made.get(key)
-                if old is not None and old.blob is blob:
+                if old is not None and old.blob is blob and old.deltas <= len(deltas):
+                    if old.deltas == len(deltas):
+                        continue
+                    # the same whole record: apply the new deltas to a copy (a view taken
+                    # before keeps reading the old state)
+                    state = old.state.copy()
+                    written = [state.merge(decode_bundle_shard(d)) for d in deltas[old.deltas :]]
+                    renamed |= len(state) != len(old.state)
+                    made[key] = _kept(old, blob, state, len(deltas), np.concatenate(written))
                     continue
-                new = ShardState.from_bytes(blob)
+                new = ShardState.from_bytes(blob, deltas)
                 if old is not None and old.state.names == new.names:
                     changed = _changed_rows(old.state, new)
                     if len(changed) < len(new):
-                        drop = set(changed.tolist())
-                        data = {r: v for r, v in old.data.items() if r not in drop}
-                        stats = {r: v for r, v in old.stats.items() if r not in drop}
-                        made[key] = _Made(blob, new, data, stats)
+                        made[key] = _kept(old, blob, new, len(deltas), changed)
                         continue
                 else:
                     renamed = True
-                made[key] = _Made(blob, new)
+                made[key] = _Made(blob, new, len(deltas))
             if renamed:
                 self._where = {
                     name: (key, i)
@@ -524,7 +596,7 @@ class DriverView:
         cycle is due within the next batches). The view a cycle sees does not depend on it."""
         if self._warming is not None and self._warming.is_alive():
             return
-        shards = dict(self._shards)
+        shards = self._records()
 
         def run() -> None:
             lower_thread_priority()
@@ -579,9 +651,20 @@ class DriverView:
     ) -> DriverView:
         """Rebuild the view from the snapshot the job wrote (broker documents, shard blobs)."""
         view = cls()
-        for key, blob in shards.items():
-            view._set_shard(key, bytes(blob))
-        view.changed_shards, view.removed_shards = {}, set()
+        by_shard: dict[str, dict[int, bytes]] = {}
+        for name, raw in shards.items():
+            key, k = split_field(name)
+            by_shard.setdefault(key, {})[k] = bytes(raw)
+        for key, records in sorted(by_shard.items()):
+            # deltas without their record apply to an empty one, as ``merged_shards`` reads them
+            base = records.get(0, _EMPTY_RECORD)
+            names = dict.fromkeys(record_names(base))
+            deltas = tuple((k, records[k]) for k in sorted(records) if k)
+            for _, delta in deltas:
+                names.update(dict.fromkeys(record_names(delta)))
+            if names:
+                view._shards[key], view._deltas[key] = base, deltas
+                view._counts[key] = len(names)
         for name, raw in brokers.items():
             doc = json.loads(raw)
             view._brokers[name] = (

@@ -15,16 +15,19 @@ on Kafka) and the averaged view in Redis.
 
 ``event_ms`` is the Kafka record timestamp; ``(event_ms, partition, offset)`` orders samples.
 
-**State output rows** (state -> decide), kinds ``shard``, ``broker``, ``broker_gone`` and
-``dead``: one row per shard that received samples, whose ``payload`` is the shard's whole
-``ShardState`` blob after the batch (what the decision stage keeps and writes to Redis as it
-is, a bundle-shard record of ``metadata_store.load_snapshot``), and one row per broker that
-reported or went away, whose ``doc`` is its last report without ``lastStats`` and
-``history_usage``/``msg_throughput_ema`` its averages.
-Why whole shards and not one row per bundle: a row per bundle cost a formatted document, an
+**State output rows** (state -> decide), kinds ``shard``, ``shard_delta``, ``broker``,
+``broker_gone`` and ``dead``: one row per shard that received samples, whose ``payload`` is
+either the shard's whole ``ShardState`` record after the batch (kind ``shard``, ``name`` the
+shard key ``s:<n>``) or the record of the bundles the batch changed (kind ``shard_delta``,
+``name`` the delta's field ``s:<n>+<k>``), as the state step stored it; the decision stage keeps
+them and writes them to Redis as they are (bundle-shard and delta records of
+``metadata_store.load_snapshot``, whose field names these are); ``bundles`` is the shard's
+bundle count after the batch. And one row per broker that reported or went away, whose ``doc``
+is its last report without ``lastStats`` and ``history_usage``/``msg_throughput_ema`` its
+averages.
+Why shard records and not one row per bundle: a row per bundle cost a formatted document, an
 Arrow row and a dict update for each of 20,000 bundle samples a second (100,000 bundles
-reported every 5 s);
-a shard blob is bytes the state step has already made.
+reported every 5 s); a record is bytes the state step has already made.
 """
 
 from __future__ import annotations
@@ -44,12 +47,14 @@ class RowKind(StrEnum):
     REPORT = "report"
     DEAD = "dead"
     SHARD = "shard"
+    SHARD_DELTA = "shard_delta"
     BROKER = "broker"
     BROKER_GONE = "broker_gone"
 
 
 SAMPLES, REPORT, DEAD = RowKind.SAMPLES, RowKind.REPORT, RowKind.DEAD
 SHARD, BROKER, BROKER_GONE = RowKind.SHARD, RowKind.BROKER, RowKind.BROKER_GONE
+SHARD_DELTA = RowKind.SHARD_DELTA
 DEAD_KEY = "dead"
 SHARD_PREFIX, BROKER_PREFIX = "s:", "b:"
 ISSUES_FIELD = "reportIssues"
@@ -78,6 +83,7 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("msg_throughput_ema", "double"),
     ("doc", "string"),
     ("payload", "binary"),
+    ("bundles", "bigint"),
 )
 
 _NUMPY_DTYPES = {"string": object, "binary": object, "bigint": np.int64, "int": np.int32}

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from loadbalance.time_average import (
-    DEFAULT_MESSAGE_RATE,
-    DEFAULT_MESSAGE_THROUGHPUT,
     NUM_LONG_SAMPLES,
     NUM_SHORT_SAMPLES,
     fold_mean,
@@ -49,16 +48,29 @@ from metadata_store.load_snapshot import (
 
 STAT_COLUMNS = ("msg_throughput_in", "msg_throughput_out", "msg_rate_in", "msg_rate_out")
 COUNT_COLUMNS = ("topics", "consumer_count", "producer_count")
-_DEFAULT_AVG = np.array(
-    [
-        DEFAULT_MESSAGE_THROUGHPUT,
-        DEFAULT_MESSAGE_THROUGHPUT,
-        DEFAULT_MESSAGE_RATE,
-        DEFAULT_MESSAGE_RATE,
-    ]
-)
 _SAMPLES_MAGIC = b"LBQ1"
 _SEP = "\n"  # bundle names and broker ids are printable: a newline never occurs in them
+
+
+MAX_DELTAS = 32
+"""Delta records a shard keeps at most before the state step writes its whole record again."""
+
+
+def compaction_due(shard: int, rows: int, delta_rows: int, deltas: int) -> bool:
+    """Whether the state step writes a shard's whole record (dropping its deltas) rather than
+    appending one more delta, given the shard's rows and the rows and number of its deltas with
+    this batch's counted in.
+
+    Why: a delta costs what the batch changed, a whole record what the shard holds; reading the
+    state back (a worker that does not have the shard cached, the driver, a reader of the
+    snapshot) costs the record plus every delta. So the record is written again once the deltas
+    hold about as many rows as it does. The threshold is 1 to 1.875 times the rows, by shard
+    number: every shard receives about the same share of each batch's reports, and with one
+    threshold they would all write their whole record in the same batch, the slow batch the
+    deltas are there to avoid."""
+    if deltas > MAX_DELTAS:
+        return True
+    return delta_rows * 8 > rows * (8 + shard % 8)
 
 
 def shard_of(bundle: str, n_shards: int) -> int:
@@ -115,33 +127,12 @@ class ShardState(BundleShard):
     """
 
     def __post_init__(self) -> None:
-        self._index = {n: i for i, n in enumerate(self.names)}
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def index_of(self, names: list[str]) -> np.ndarray:
-        """Indices of ``names``, appending bundles never seen with Pulsar's defaults."""
-        index = self._index
-        fresh = [n for n in dict.fromkeys(names) if n not in index]
-        if fresh:
-            self._grow(fresh)
-        return np.fromiter((index[n] for n in names), dtype=np.int64, count=len(names))
-
-    def _grow(self, fresh: list[str]) -> None:
-        k = len(fresh)
-        for n in fresh:
-            self._index[n] = len(self.names)
-            self.names.append(n)
-        self.owners.extend([""] * k)
-        self.short_n = np.concatenate([self.short_n, np.zeros(k, dtype=np.int64)])
-        self.long_n = np.concatenate([self.long_n, np.zeros(k, dtype=np.int64)])
-        defaults = np.tile(_DEFAULT_AVG, (k, 1))
-        self.short_avg = np.concatenate([self.short_avg, defaults])
-        self.long_avg = np.concatenate([self.long_avg, defaults.copy()])
-        self.last_values = np.concatenate([self.last_values, np.zeros((k, 4))])
-        self.last_counts = np.concatenate([self.last_counts, np.zeros((k, 3), dtype=np.int64)])
-        self.last_seen_ms = np.concatenate([self.last_seen_ms, np.zeros(k, dtype=np.int64)])
+        super().__post_init__()
+        # how the stored state stands (streaming.state): whether a whole record is stored, and
+        # the delta records appended after it and their rows
+        self.stored = False
+        self.deltas = 0
+        self.delta_rows = 0
 
     def apply(
         self,
@@ -187,17 +178,27 @@ class ShardState(BundleShard):
             setattr(self, name, getattr(self, name)[kept])
         self.last_counts = self.last_counts[kept]
         self.last_seen_ms = self.last_seen_ms[kept]
-        self.__post_init__()
+        self._index = {n: i for i, n in enumerate(self.names)}
         return dropped
 
     def to_bytes(self) -> bytes:
         """The shard as a bundle-shard record of the load snapshot."""
         return encode_bundle_shard(self)
 
+    def delta_bytes(self, rows: np.ndarray) -> bytes:
+        """The record of ``rows`` alone (a delta record of the load snapshot)."""
+        return encode_bundle_shard(self.rows(rows))
+
     @classmethod
-    def from_bytes(cls, raw: bytes) -> ShardState:
+    def from_bytes(cls, raw: bytes, deltas: Iterable[bytes] = ()) -> ShardState:
+        """The shard of a whole record with its delta records (in order) applied."""
         c = decode_bundle_shard(raw)
-        return cls(**{f.name: getattr(c, f.name) for f in fields(BundleShard)})
+        state = cls(**{f.name: getattr(c, f.name) for f in fields(BundleShard)})
+        for delta in deltas:
+            state.delta_rows += len(state.merge(decode_bundle_shard(delta)))
+            state.deltas += 1
+        state.stored = True
+        return state
 
 
 def _step(

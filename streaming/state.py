@@ -3,15 +3,21 @@
 Keys and state layout (why: DESIGN.md §5, each key costs state-server round trips and a Python
 call, so there are few keys and the work inside a key is vectorised):
 
-* ``s:<shard>`` (``crc32(bundle) % n_shards``): ONE value state ``shard`` holding the whole
-  shard as a ``streaming.shard_state.ShardState`` blob: per bundle the short- (10) and long-term
+* ``s:<shard>`` (``crc32(bundle) % n_shards``): the shard as a value state ``shard`` holding a
+  whole ``streaming.shard_state.ShardState`` record (per bundle the short- (10) and long-term
   (1000 samples) ``TimeAverageMessageData``, the last sample, its reporting broker and the event
-  time it was seen. State is keyed by bundle, not by broker, so it survives an ownership change.
+  time it was seen) and a list state ``shard_delta`` of the delta records appended since: each
+  batch appends the record of the bundles it changed, and the whole record is written again
+  (the deltas cleared) when ``shard_state.compaction_due`` says the deltas have grown to the
+  record's size, for a new shard, or when bundles expired. Why deltas: with a million bundles
+  each batch changes about a sixth of every shard, and storing and shipping every whole shard
+  in every batch was most of a batch's time. State is keyed by bundle, not by broker, so it
+  survives an ownership change.
   A bundle with no sample for ``bundle_ttl_ms`` of event time (measured against the newest
   sample of its shard) is dropped: that is how the parent of a split or the halves of a merge
   leave the state, since their names stop appearing in reports. (The decision stage leaves out
-  at once the bundles its namespaces in Redis no longer contain.) The output is the shard's
-  whole blob, one row per shard that received samples (``streaming.schema``).
+  at once the bundles its namespaces in Redis no longer contain.) The output is one row per
+  shard that received samples: the whole record or the delta, as stored (``streaming.schema``).
 * ``b:<broker>``: value state ``broker`` with the history-weighted usage
   (``loadBalancerHistoryResourcePercentage`` over the weighted capped max usage computed at
   parse time), the throughput EMA with the same weight, the last report's event time (the
@@ -52,6 +58,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from loadbalance.time_average import history_usage
+from metadata_store.load_snapshot import delta_key
 from streaming import stage_timing
 from streaming.schema import (
     BROKER,
@@ -62,10 +69,11 @@ from streaming.schema import (
     ISSUES_MARK,
     OUTPUT_FIELDS,
     SHARD,
+    SHARD_DELTA,
     SHARD_PREFIX,
     frame,
 )
-from streaming.shard_state import ShardState, unpack_samples
+from streaming.shard_state import ShardState, compaction_due, unpack_samples
 
 SHARD_STATE_SCHEMA = "blob binary"
 SHARD_TAG_SCHEMA = "tag string"
@@ -73,13 +81,14 @@ SHARD_TAG_SCHEMA = "tag string"
 _SHARD_CACHE: dict[str, tuple[str, ShardState]] = {}
 """shard key -> (tag, the state written with that tag), per Python worker process.
 
-Why: reading a shard's whole blob back from the state server is a copy of hundreds of KB, once
-per shard per batch, and Spark reuses the Python worker across micro-batches. The store keeps,
-beside each blob, a small value ``shard_tag`` (a fresh uuid per write); a cached state is used
-only when its tag equals the stored one, so a batch that failed or was replayed (the store
-rolled back to an older tag), another worker having written the shard, or a restarted worker
-all read the blob. An entry is taken out of the cache before its state is changed and put back
-only after both values are written, so the cache never holds a state the store may not have."""
+Why: reading a shard's whole record and its deltas back from the state server is a copy of
+hundreds of KB or more, once per shard per batch, and Spark reuses the Python worker across
+micro-batches. The store keeps, beside each shard, a small value ``shard_tag`` (a fresh uuid
+per write); a cached state is used only when its tag equals the stored one, so a batch that
+failed or was replayed (the store rolled back to an older tag), another worker having written
+the shard, or a restarted worker all read the store. An entry is taken out of the cache before
+its state is changed and put back only after the state is written, so the cache never holds a
+state the store may not have."""
 BROKER_STATE_SCHEMA = (
     "history_usage double, msg_throughput_ema double, event_ms bigint, timer_ms bigint"
 )
@@ -97,6 +106,7 @@ class LoadStateProcessor(StatefulProcessor):
         self.handle = handle
         self.shard = handle.getValueState("shard", SHARD_STATE_SCHEMA)
         self.shard_tag = handle.getValueState("shard_tag", SHARD_TAG_SCHEMA)
+        self.shard_delta = handle.getListState("shard_delta", SHARD_STATE_SCHEMA)
         self.broker = handle.getValueState("broker", BROKER_STATE_SCHEMA)
 
     def handleInputRows(
@@ -127,7 +137,7 @@ class LoadStateProcessor(StatefulProcessor):
             )
 
     def _samples(self, key_name: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
-        state = self._load_shard(key_name)
+        state, tag = self._load_shard(key_name)
         names: list[str] = []
         values, counts, owners, events = [], [], [], []
         for payload, broker, event_ms in zip(
@@ -139,44 +149,84 @@ class LoadStateProcessor(StatefulProcessor):
             counts.append(c)
             owners.extend([broker] * len(n))
             events.append(np.full(len(n), event_ms, dtype=np.int64))
-        state.apply(
+        newest_ms = int(pdf["event_ms"].max())
+        touched = state.apply(
             names, np.concatenate(values), np.concatenate(counts), owners, np.concatenate(events)
         )
-        newest_ms = int(pdf["event_ms"].max())
-        state.expire(newest_ms - self.bundle_ttl_ms)
-        blob = state.to_bytes()
+        dropped = state.expire(newest_ms - self.bundle_ttl_ms)
+        if not len(touched) and not dropped:  # nothing changed: nothing to store or emit
+            if tag is not None:
+                _SHARD_CACHE[key_name] = (tag, state)
+            return
+        kind, name, record = self._store(key_name, state, touched, dropped)
         if len(state):
             tag = uuid.uuid4().hex  # only compared with the cache; never reaches an output
-            self.shard.update((blob,))
             self.shard_tag.update((tag,))
             _SHARD_CACHE[key_name] = (tag, state)
-        else:
-            self.shard.clear()
-            self.shard_tag.clear()
-        # The whole shard, not the touched bundles: the decision stage keeps the latest blob
-        # of every shard as its view and writes it to Redis unchanged (the blob is the load
-        # snapshot's bundle-shard record, metadata_store.load_snapshot);
-        # an emptied shard's blob holds no bundle, which is how expiry reaches the view.
+        # An emptied shard's record holds no bundle, which is how expiry reaches the view.
         yield frame(
             OUTPUT_FIELDS,
             1,
-            kind=np.array([SHARD], dtype=object),
-            name=np.array([key_name], dtype=object),
+            kind=np.array([kind], dtype=object),
+            name=np.array([name], dtype=object),
             event_ms=np.array([newest_ms], dtype=np.int64),
-            payload=np.array([blob], dtype=object),
+            payload=np.array([record], dtype=object),
+            bundles=np.array([len(state)], dtype=np.int64),
         )
 
-    def _load_shard(self, key_name: str) -> ShardState:
-        """The shard's state: this worker's cached copy when its tag is the stored one."""
+    def _store(
+        self, key_name: str, state: ShardState, touched: np.ndarray, dropped: list[str]
+    ) -> tuple[str, str, bytes]:
+        """Store the changed shard: (output kind, its field name, the record stored)."""
+        if not len(state):
+            self.shard.clear()
+            self.shard_delta.clear()
+            self.shard_tag.clear()
+            kind, name, record = SHARD, key_name, state.to_bytes()
+        elif (
+            dropped
+            or not state.stored
+            or compaction_due(
+                int(key_name[len(SHARD_PREFIX) :]),
+                len(state),
+                state.delta_rows + len(touched),
+                state.deltas + 1,
+            )
+        ):
+            # the whole record, and no deltas: a new shard, expired bundles (a delta cannot
+            # remove one), or deltas as large as the record
+            record = state.to_bytes()
+            self.shard.update((record,))
+            self.shard_delta.clear()
+            state.stored, state.deltas, state.delta_rows = True, 0, 0
+            kind, name = SHARD, key_name
+        else:
+            # only the rows this batch changed: the state store and the driver get a sixth of
+            # the shard when a batch holds a sixth of the brokers' reports
+            record = state.delta_bytes(touched)
+            self.shard_delta.appendValue((record,))
+            state.deltas += 1
+            state.delta_rows += len(touched)
+            kind, name = SHARD_DELTA, delta_key(key_name, state.deltas)
+        return kind, name, record
+
+    def _load_shard(self, key_name: str) -> tuple[ShardState, str | None]:
+        """The shard's state (this worker's cached copy when its tag is the stored one, else
+        the stored record with its deltas applied) and the stored tag."""
         cached = _SHARD_CACHE.pop(key_name, None)
         stored_tag = self.shard_tag.get()
-        if cached is not None and stored_tag is not None and cached[0] == stored_tag[0]:
-            return cached[1]
+        tag = stored_tag[0] if stored_tag is not None else None
+        if cached is not None and tag is not None and cached[0] == tag:
+            return cached[1], tag
         clock = stage_timing.Clock()
         stored = self.shard.get()
-        state = ShardState.from_bytes(bytes(stored[0])) if stored else ShardState()
+        if stored:
+            deltas = [bytes(row[0]) for row in self.shard_delta.get()]
+            state = ShardState.from_bytes(bytes(stored[0]), deltas)
+        else:
+            state = ShardState()
         clock.record("state.blob_read", 1)  # a cache miss (part of state.shard)
-        return state
+        return state, tag
 
     def _reports(self, broker: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         prev = self.broker.get()

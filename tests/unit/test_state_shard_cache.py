@@ -34,12 +34,49 @@ class FakeValue:
         self.value = None
 
 
+class FakeList:
+    def __init__(self) -> None:
+        self.items: list[tuple] = []
+        self.gets = 0
+
+    def get(self) -> list[tuple]:
+        self.gets += 1
+        return list(self.items)
+
+    def appendValue(self, value: tuple) -> None:
+        self.items.append(value)
+
+    def clear(self) -> None:
+        self.items = []
+
+
 class FakeHandle:
     def __init__(self) -> None:
         self.values: dict[str, FakeValue] = {}
+        self.lists: dict[str, FakeList] = {}
 
     def getValueState(self, name: str, _schema: str) -> FakeValue:
         return self.values.setdefault(name, FakeValue())
+
+    def getListState(self, name: str, _schema: str) -> FakeList:
+        return self.lists.setdefault(name, FakeList())
+
+    def stored(self) -> ShardState:
+        """The shard as the store holds it: the whole record with its deltas applied."""
+        base = self.values["shard"].value
+        assert base is not None
+        return ShardState.from_bytes(base[0], [d[0] for d in self.lists["shard_delta"].items])
+
+    def commit_point(self) -> tuple:
+        return (
+            self.values["shard"].value,
+            self.values["shard_tag"].value,
+            list(self.lists["shard_delta"].items),
+        )
+
+    def roll_back(self, point: tuple) -> None:
+        self.values["shard"].value, self.values["shard_tag"].value = point[0], point[1]
+        self.lists["shard_delta"].items = list(point[2])
 
 
 def _samples(rate: float, event_ms: int) -> pd.DataFrame:
@@ -57,8 +94,8 @@ def _samples(rate: float, event_ms: int) -> pd.DataFrame:
 
 
 def _run(proc: LoadStateProcessor, rate: float, event_ms: int) -> ShardState:
-    out = list(proc.handleInputRows(("s:0",), iter([_samples(rate, event_ms)]), None))
-    return ShardState.from_bytes(bytes(out[0]["payload"].iloc[0]))
+    list(proc.handleInputRows(("s:0",), iter([_samples(rate, event_ms)]), None))
+    return proc.handle.stored()
 
 
 @pytest.fixture(autouse=True)
@@ -96,9 +133,9 @@ def test_a_store_rolled_back_to_an_older_tag_is_read_not_the_cache():
     handle = FakeHandle()
     proc = _processor(handle)
     _run(proc, 10.0, 1_000)
-    committed = (handle.values["shard"].value, handle.values["shard_tag"].value)
+    committed = handle.commit_point()
     _run(proc, 20.0, 2_000)  # a batch whose state commit then fails: the store rolls back
-    handle.values["shard"].value, handle.values["shard_tag"].value = committed
+    handle.roll_back(committed)
     reads = handle.values["shard"].gets
     replayed = _run(proc, 20.0, 2_000)
     assert handle.values["shard"].gets == reads + 1, "the rolled-back blob must be read"

@@ -24,7 +24,7 @@ from loadbalance.decisions import (
     make_decision,
 )
 from loadbalance.values import DecisionKind, DecisionReason, OutcomeKind, SkipReason, StrEnum
-from streaming.schema import BROKER, BROKER_GONE, DEAD, REPORT, SAMPLES, SHARD, RowKind
+from streaming.schema import BROKER, BROKER_GONE, DEAD, REPORT, SAMPLES, SHARD, SHARD_DELTA, RowKind
 
 # The texts on the wire, written out: changing one of these is changing a published format.
 WIRE_TEXTS: dict[type[StrEnum], tuple[str, ...]] = {
@@ -63,7 +63,7 @@ WIRE_TEXTS: dict[type[StrEnum], tuple[str, ...]] = {
         "MaxMergesPerCycle",
         "NamespaceMinimumBundles",
     ),
-    RowKind: ("samples", "report", "dead", "shard", "broker", "broker_gone"),
+    RowKind: ("samples", "report", "dead", "shard", "shard_delta", "broker", "broker_gone"),
 }
 
 MEMBERS = [m for cls in WIRE_TEXTS for m in cls]
@@ -187,4 +187,4 @@ def test_outcome_record_and_skip_serialize_as_before() -> None:
 
 
 def test_row_kind_names_are_the_members() -> None:
-    assert tuple(RowKind) == (SAMPLES, REPORT, DEAD, SHARD, BROKER, BROKER_GONE)
+    assert tuple(RowKind) == (SAMPLES, REPORT, DEAD, SHARD, SHARD_DELTA, BROKER, BROKER_GONE)

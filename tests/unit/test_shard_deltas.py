@@ -1,0 +1,209 @@
+"""Delta records: the state step stores and emits only the bundles a batch changed, and the
+store, the driver's view and the load snapshot in Redis each rebuild the state step's shard
+from the whole record and its deltas, bit for bit.
+
+Unit tests with the in-memory state handle of ``test_state_shard_cache`` (the real state
+server runs in the Spark tests) and a dict standing for the ``P:load:shards`` hash.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from loadbalance.bundles import NamespaceBundles
+from metadata_store.load_snapshot import (
+    BundleShard,
+    decode_bundle_shard,
+    delta_key,
+    encode_bundle_shard,
+    merged_shards,
+    split_field,
+)
+from streaming import state as state_mod
+from streaming.driver_view import DriverView, _Made
+from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, SAMPLES, SHARD, SHARD_DELTA, frame
+from streaming.shard_state import MAX_DELTAS, ShardState, compaction_due, pack_samples
+from streaming.state import LoadStateProcessor
+from tests.unit.test_state_shard_cache import FakeHandle
+
+POOL = NamespaceBundles.initial("t/ns", 256).bundle_names
+TTL_MS = 9_000
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    state_mod._SHARD_CACHE.clear()
+    yield
+    state_mod._SHARD_CACHE.clear()
+
+
+def _batch(key: str, rng: np.random.Generator, names: list[str], event_ms: int) -> pd.DataFrame:
+    """One batch of a shard: two reports (brokers) with samples of ``names``."""
+    half = len(names) // 2
+    rows = []
+    for broker, part in (("b1", names[:half]), ("b2", names[half:])):
+        values = rng.uniform(0, 1e5, size=(len(part), 4)) / 3.0
+        counts = rng.integers(0, 40, size=(len(part), 3))
+        rows.append(
+            frame(
+                PARSED_FIELDS,
+                1,
+                key=np.array([key], dtype=object),
+                kind=np.array([SAMPLES], dtype=object),
+                broker=np.array([broker], dtype=object),
+                event_ms=np.array([event_ms], dtype=np.int64),
+                payload=np.array([pack_samples(part, values, counts)], dtype=object),
+            )
+        )
+    return pd.concat(rows, ignore_index=True)
+
+
+def _redis_apply(fields: dict[str, bytes], changes) -> None:
+    """What ``LoadSnapshot.stage_changes`` does to the ``P:load:shards`` hash."""
+    _brokers, _gone, shards, removed = changes
+    for name in removed:
+        fields.pop(name, None)
+    fields.update(shards)
+
+
+def test_store_view_and_snapshot_rebuild_the_state_steps_shards_bit_for_bit():
+    rng = np.random.default_rng(11)
+    keys = ["s:0", "s:1", "s:5"]
+    handles = {k: FakeHandle() for k in keys}
+    procs = {}
+    for k in keys:
+        procs[k] = LoadStateProcessor(0.9, 60_000, TTL_MS)
+        procs[k].init(handles[k])
+    view = DriverView()
+    fields: dict[str, bytes] = {}
+    kinds: list[str] = []
+    live = {k: list(POOL[i * 40 : i * 40 + 30]) for i, k in enumerate(keys)}
+    for batch in range(80):
+        event_ms = 1_000 * (batch + 1)
+        out = []
+        for i, k in enumerate(keys):
+            if batch % 17 == 5 + i:  # a split: two bundles leave for good, new ones come
+                live[k] = live[k][2:] + list(POOL[150 + batch * 2 + i : 152 + batch * 2 + i])
+            picked = [n for n in live[k] if rng.random() < 0.2] or live[k][:1]
+            out += list(
+                procs[k].handleInputRows((k,), iter([_batch(k, rng, picked, event_ms)]), None)
+            )
+        rows = pd.concat(out, ignore_index=True)
+        kinds += rows["kind"].tolist()
+        view.apply(rows)
+        _redis_apply(fields, view.take_changes())
+        if batch % 3 == 0:  # the view decodes now and then: new deltas onto an older decode
+            view._decode_all(view._records())
+        merged = merged_shards(fields)
+        seeded = DriverView.from_snapshot({}, fields)
+        seeded._decode_all(seeded._records())
+        for k in keys:
+            cached = state_mod._SHARD_CACHE[k][1]
+            want = cached.to_bytes()
+            assert handles[k].stored().to_bytes() == want, f"store, batch {batch}"
+            assert encode_bundle_shard(merged[k]) == want, f"snapshot, batch {batch}"
+            assert seeded._made[k].state.to_bytes() == want, f"seeded view, batch {batch}"
+            assert len(handles[k].lists["shard_delta"].items) <= MAX_DELTAS
+        view._decode_all(view._records())
+        for k in keys:
+            made = view._made[k]
+            assert made.state.to_bytes() == state_mod._SHARD_CACHE[k][1].to_bytes()
+            # values made before and kept are those of the current rows
+            fresh = _Made(made.blob, made.state)
+            fresh.make(list(made.data))
+            assert made.data == fresh.data and made.stats == fresh.stats, f"batch {batch}"
+            made.make(list(range(len(made.state))))  # the next decode keeps the unchanged
+        assert len(view) == sum(len(state_mod._SHARD_CACHE[k][1]) for k in keys)
+    # both layouts were exercised: deltas, and whole records after the first (compaction, expiry)
+    assert kinds.count(SHARD_DELTA) > 100 and kinds.count(SHARD) > 3 * len(keys)
+
+
+def test_a_batch_that_expires_bundles_writes_the_whole_record():
+    handle = FakeHandle()
+    proc = LoadStateProcessor(0.9, 60_000, TTL_MS)
+    proc.init(handle)
+    rng = np.random.default_rng(3)
+    names = list(POOL[:12])
+    first = list(proc.handleInputRows(("s:2",), iter([_batch("s:2", rng, names, 1_000)]), None))
+    assert first[0]["kind"].iloc[0] == SHARD  # a new shard starts with its whole record
+    second = list(
+        proc.handleInputRows(("s:2",), iter([_batch("s:2", rng, names[:2], 2_000)]), None)
+    )
+    assert second[0]["kind"].iloc[0] == SHARD_DELTA
+    assert second[0]["name"].iloc[0] == delta_key("s:2", 1)
+    assert decode_bundle_shard(bytes(second[0]["payload"].iloc[0])).names == names[:2]
+    late = 2_000 + TTL_MS + 1  # every bundle but the two reported now expires
+    third = list(proc.handleInputRows(("s:2",), iter([_batch("s:2", rng, names[:2], late)]), None))
+    assert third[0]["kind"].iloc[0] == SHARD
+    assert decode_bundle_shard(bytes(third[0]["payload"].iloc[0])).names == names[:2]
+    assert handle.lists["shard_delta"].items == []
+
+
+def test_shards_write_their_whole_records_in_different_batches():
+    # every shard gets a sixth of its bundles per batch: the first batch each writes its whole
+    # record again in must differ between shards, or every shard pays it in the same batch
+    first = {}
+    for shard in range(32):
+        deltas = rows = 0
+        while True:
+            rows += 600
+            deltas += 1
+            if compaction_due(shard, 3_600, rows, deltas):
+                first[shard] = deltas
+                break
+    assert len(set(first.values())) >= 6
+    assert min(first.values()) >= 6  # not before the deltas hold as many rows as the record
+    assert compaction_due(0, 10_000, 1, MAX_DELTAS + 1)  # tiny deltas are bounded in number
+
+
+def test_a_delta_for_a_shard_the_view_lost_is_applied_and_the_next_record_heals_it(caplog):
+    names = list(POOL[:6])
+    base = ShardState()
+    base.apply(names, np.ones((6, 4)), np.ones((6, 3), dtype=np.int64), ["b1"] * 6, np.ones(6))
+    delta = encode_bundle_shard(base.rows(np.array([1, 4])))
+    rows = frame(
+        OUTPUT_FIELDS,
+        1,
+        kind=np.array([SHARD_DELTA], dtype=object),
+        name=np.array([delta_key("s:0", 3)], dtype=object),
+        payload=np.array([delta], dtype=object),
+        bundles=np.array([6], dtype=np.int64),
+    )
+    view = DriverView()  # seeded from a snapshot that was lost
+    with caplog.at_level(logging.WARNING, "streaming.driver_view"):
+        view.apply(rows)
+    assert "does not follow" in caplog.text
+    view._decode_all(view._records())
+    assert view._made["s:0"].state.names == [names[1], names[4]]
+    assert view.take_changes()[2] == {"s:0+3": delta}  # the snapshot gets what the view holds
+    whole = frame(
+        OUTPUT_FIELDS,
+        1,
+        kind=np.array([SHARD], dtype=object),
+        name=np.array(["s:0"], dtype=object),
+        payload=np.array([base.to_bytes()], dtype=object),
+    )
+    view.apply(whole)
+    _brokers, _gone, shards, removed = view.take_changes()
+    assert shards == {"s:0": base.to_bytes()} and removed == {"s:0+3"}
+    view._decode_all(view._records())
+    assert view._made["s:0"].state.to_bytes() == base.to_bytes()
+
+
+def test_snapshot_fields_and_deltas_without_their_record():
+    assert split_field("s:3") == ("s:3", 0)
+    assert split_field("s:3+12") == ("s:3", 12)
+    assert split_field("s:3+x") == ("s:3+x", 0) and split_field("s:3+0") == ("s:3+0", 0)
+    one = BundleShard(names=["t/ns/0x00000000_0xffffffff"], owners=["b9"])
+    for col in ("short_n", "long_n", "last_seen_ms"):
+        setattr(one, col, np.array([7], dtype=np.int64))
+    for col in ("short_avg", "long_avg", "last_values"):
+        setattr(one, col, np.full((1, 4), 2.5))
+    one.last_counts = np.array([[1, 2, 3]], dtype=np.int64)
+    merged = merged_shards({"s:4+2": encode_bundle_shard(one)})
+    assert merged["s:4"].names == one.names and merged["s:4"].owners == ["b9"]
+    assert encode_bundle_shard(merged["s:4"]) == encode_bundle_shard(one)
