@@ -133,6 +133,8 @@ class ShardState(BundleShard):
         self.stored = False
         self.deltas = 0
         self.delta_rows = 0
+        self.base_id = ""  # the id of the stored whole record (``streaming.state``)
+        self.tag = ""  # the stored tag this state is at
 
     def apply(
         self,

@@ -58,7 +58,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from loadbalance.time_average import history_usage
-from metadata_store.load_snapshot import delta_key
+from metadata_store.load_snapshot import decode_bundle_shard, delta_key
 from streaming import stage_timing
 from streaming.schema import (
     BROKER,
@@ -76,6 +76,7 @@ from streaming.schema import (
 from streaming.shard_state import ShardState, compaction_due, unpack_samples
 
 SHARD_STATE_SCHEMA = "blob binary"
+SHARD_DELTA_SCHEMA = "blob binary, tag string"  # a delta record and the shard's tag after it
 SHARD_TAG_SCHEMA = "tag string"
 
 _SHARD_CACHE: dict[str, tuple[str, ShardState]] = {}
@@ -106,7 +107,7 @@ class LoadStateProcessor(StatefulProcessor):
         self.handle = handle
         self.shard = handle.getValueState("shard", SHARD_STATE_SCHEMA)
         self.shard_tag = handle.getValueState("shard_tag", SHARD_TAG_SCHEMA)
-        self.shard_delta = handle.getListState("shard_delta", SHARD_STATE_SCHEMA)
+        self.shard_delta = handle.getListState("shard_delta", SHARD_DELTA_SCHEMA)
         self.broker = handle.getValueState("broker", BROKER_STATE_SCHEMA)
 
     def handleInputRows(
@@ -160,9 +161,7 @@ class LoadStateProcessor(StatefulProcessor):
             return
         kind, name, record = self._store(key_name, state, touched, dropped)
         if len(state):
-            tag = uuid.uuid4().hex  # only compared with the cache; never reaches an output
-            self.shard_tag.update((tag,))
-            _SHARD_CACHE[key_name] = (tag, state)
+            _SHARD_CACHE[key_name] = (state.tag, state)
         # An emptied shard's record holds no bundle, which is how expiry reaches the view.
         yield frame(
             OUTPUT_FIELDS,
@@ -196,37 +195,72 @@ class LoadStateProcessor(StatefulProcessor):
             # the whole record, and no deltas: a new shard, expired bundles (a delta cannot
             # remove one), or deltas as large as the record
             record = state.to_bytes()
+            state.stored, state.deltas, state.delta_rows = True, 0, 0
+            state.base_id = uuid.uuid4().hex
+            state.tag = _tag(state.base_id, 0, state.base_id)
             self.shard.update((record,))
             self.shard_delta.clear()
-            state.stored, state.deltas, state.delta_rows = True, 0, 0
+            self.shard_tag.update((state.tag,))
             kind, name = SHARD, key_name
         else:
             # only the rows this batch changed: the state store and the driver get a sixth of
             # the shard when a batch holds a sixth of the brokers' reports
             record = state.delta_bytes(touched)
-            self.shard_delta.appendValue((record,))
             state.deltas += 1
             state.delta_rows += len(touched)
+            state.tag = _tag(state.base_id, state.deltas, uuid.uuid4().hex)
+            self.shard_delta.appendValue((record, state.tag))
+            self.shard_tag.update((state.tag,))
             kind, name = SHARD_DELTA, delta_key(key_name, state.deltas)
         return kind, name, record
 
     def _load_shard(self, key_name: str) -> tuple[ShardState, str | None]:
-        """The shard's state (this worker's cached copy when its tag is the stored one, else
-        the stored record with its deltas applied) and the stored tag."""
+        """The shard's state and the stored tag: this worker's cached copy when its tag is the
+        stored one; the cached copy brought up to date with the deltas written since by another
+        worker (same whole record, and the delta it stopped at is in the store's list); else
+        the stored record with its deltas applied."""
         cached = _SHARD_CACHE.pop(key_name, None)
         stored_tag = self.shard_tag.get()
         tag = stored_tag[0] if stored_tag is not None else None
-        if cached is not None and tag is not None and cached[0] == tag:
-            return cached[1], tag
+        if cached is not None and tag is not None:
+            if cached[0] == tag:
+                return cached[1], tag
+            clock = stage_timing.Clock()
+            state = self._catch_up(cached[1], tag)
+            if state is not None:
+                clock.record("state.catch_up", 1)  # part of state.shard
+                return state, tag
         clock = stage_timing.Clock()
         stored = self.shard.get()
         if stored:
-            deltas = [bytes(row[0]) for row in self.shard_delta.get()]
-            state = ShardState.from_bytes(bytes(stored[0]), deltas)
+            entries = list(self.shard_delta.get())
+            state = ShardState.from_bytes(bytes(stored[0]), [bytes(e[0]) for e in entries])
+            state.tag = tag or ""
+            state.base_id = _tag_parts(state.tag)[0]
         else:
             state = ShardState()
         clock.record("state.blob_read", 1)  # a cache miss (part of state.shard)
         return state, tag
+
+    def _catch_up(self, state: ShardState, tag: str) -> ShardState | None:
+        """``state`` (cached here at an older tag) with the store's deltas after it applied, or
+        None when the store's history does not continue from it (another whole record was
+        written since, or the store rolled back past it).
+
+        Why: Spark hands a shard's partition to whichever of its pooled Python workers is free,
+        so with two workers about half of the batches find the cached copy one or two batches
+        old; reading the deltas since costs a fraction of reading the whole record."""
+        base, k, _ = _tag_parts(tag)
+        if base != state.base_id or not base or k < state.deltas:
+            return None
+        entries = list(self.shard_delta.get())
+        if len(entries) != k or (state.deltas and entries[state.deltas - 1][1] != state.tag):
+            return None
+        for record, entry_tag in entries[state.deltas :]:
+            state.delta_rows += len(state.merge(decode_bundle_shard(bytes(record))))
+            state.deltas += 1
+            state.tag = entry_tag
+        return state if state.tag == tag else None
 
     def _reports(self, broker: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         prev = self.broker.get()
@@ -299,6 +333,20 @@ def with_batch_issues(payloads: list[bytes]) -> str:
     doc = json.loads(last)
     doc[ISSUES_FIELD] = total
     return json.dumps(doc)
+
+
+def _tag(base_id: str, deltas: int, unique: str) -> str:
+    """A shard's stored tag: its whole record's id, its deltas since, and a fresh id (so a tag
+    names one write, even of a batch replayed after the store rolled back)."""
+    return f"{base_id}:{deltas}:{unique}"
+
+
+def _tag_parts(tag: str) -> tuple[str, int, str]:
+    """(whole record's id, deltas, unique id) of a tag; ("", 0, tag) for any other string."""
+    parts = tag.split(":")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return "", 0, tag
+    return parts[0], int(parts[1]), parts[2]
 
 
 def broker_row(

@@ -79,9 +79,9 @@ class FakeHandle:
         self.lists["shard_delta"].items = list(point[2])
 
 
-def _samples(rate: float, event_ms: int) -> pd.DataFrame:
-    values = np.full((2, 4), rate)
-    counts = np.ones((2, 3), dtype=np.int64)
+def _samples(rate: float, event_ms: int, names: list[str] = NAMES) -> pd.DataFrame:
+    values = np.full((len(names), 4), rate)
+    counts = np.ones((len(names), 3), dtype=np.int64)
     return frame(
         PARSED_FIELDS,
         1,
@@ -89,12 +89,14 @@ def _samples(rate: float, event_ms: int) -> pd.DataFrame:
         kind=np.array([SAMPLES], dtype=object),
         broker=np.array(["b1"], dtype=object),
         event_ms=np.array([event_ms], dtype=np.int64),
-        payload=np.array([pack_samples(NAMES, values, counts)], dtype=object),
+        payload=np.array([pack_samples(names, values, counts)], dtype=object),
     )
 
 
-def _run(proc: LoadStateProcessor, rate: float, event_ms: int) -> ShardState:
-    list(proc.handleInputRows(("s:0",), iter([_samples(rate, event_ms)]), None))
+def _run(
+    proc: LoadStateProcessor, rate: float, event_ms: int, names: list[str] = NAMES
+) -> ShardState:
+    list(proc.handleInputRows(("s:0",), iter([_samples(rate, event_ms, names)]), None))
     return proc.handle.stored()
 
 
@@ -152,3 +154,87 @@ def test_the_cache_entry_leaves_before_the_state_changes():
     with pytest.raises(ValueError):
         list(proc.handleInputRows(("s:0",), iter([bad]), None))
     assert "s:0" not in state_mod._SHARD_CACHE
+
+
+def _as_worker(
+    cache: dict, proc: LoadStateProcessor, rate: float, event_ms: int, names: list[str] = NAMES
+) -> ShardState:
+    """A batch run by one of several Python workers: each has its own shard cache."""
+    state_mod._SHARD_CACHE.clear()
+    state_mod._SHARD_CACHE.update(cache)
+    try:
+        return _run(proc, rate, event_ms, names)
+    finally:
+        cache.clear()
+        cache.update(state_mod._SHARD_CACHE)
+
+
+def test_a_worker_one_batch_behind_applies_the_deltas_since_instead_of_reading_the_record():
+    handle = FakeHandle()
+    proc = _processor(handle)
+    a: dict = {}
+    b: dict = {}
+    _as_worker(a, proc, 10.0, 1_000)  # the whole record
+    _as_worker(b, proc, 20.0, 2_000)  # b reads the store; a delta
+    reads = handle.values["shard"].gets
+    caught_up = _as_worker(a, proc, 30.0, 3_000)  # a is one delta behind
+    assert handle.values["shard"].gets == reads, "the whole record was read again"
+    straight = FakeHandle()
+    proc2 = _processor(straight)
+    for rate, t in ((10.0, 1_000), (20.0, 2_000), (30.0, 3_000)):
+        expected = _run(proc2, rate, t)
+    assert caught_up.to_bytes() == expected.to_bytes()
+    assert a["s:0"][1].to_bytes() == expected.to_bytes()
+
+
+def test_a_cached_copy_the_store_rolled_back_past_is_not_caught_up():
+    handle = FakeHandle()
+    proc = _processor(handle)
+    a: dict = {}
+    b: dict = {}
+    _as_worker(a, proc, 10.0, 1_000)
+    point = handle.commit_point()
+    _as_worker(a, proc, 20.0, 2_000)  # a's copy holds this batch, whose commit then fails
+    handle.roll_back(point)
+    _as_worker(b, proc, 25.0, 2_000)  # the replay, by another worker, with other samples
+    reads = handle.values["shard"].gets
+    got = _as_worker(a, proc, 30.0, 3_000)
+    assert handle.values["shard"].gets == reads + 1, "a copy off the store's history was used"
+    assert got.short_n.tolist() == [3, 3]
+    assert got.short_avg[0, 0] == pytest.approx((10.0 + 25.0 + 30.0) / 3)
+
+
+def test_a_cached_copy_off_the_stores_history_is_not_caught_up_by_later_deltas():
+    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
+    handle = FakeHandle()
+    proc = _processor(handle)
+    a: dict = {}
+    b: dict = {}
+    _as_worker(a, proc, 10.0, 1_000, many)
+    point = handle.commit_point()
+    _as_worker(a, proc, 20.0, 2_000, many[:4])  # a delta, whose commit then fails
+    handle.roll_back(point)
+    _as_worker(b, proc, 25.0, 2_000, many[:4])  # the replay by another worker: another delta
+    _as_worker(b, proc, 27.0, 2_500, many[4:8])  # and one more after it
+    assert len(handle.lists["shard_delta"].items) == 2
+    reads = handle.values["shard"].gets
+    got = _as_worker(a, proc, 30.0, 3_000, many[8:12])
+    assert handle.values["shard"].gets == reads + 1, "a copy off the store's history was used"
+    assert got.short_avg[0, 0] == pytest.approx(17.5)  # 10 then 25, never a's failed 20
+
+
+def test_a_cached_copy_of_an_older_whole_record_is_not_caught_up():
+    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
+    handle = FakeHandle()
+    proc = _processor(handle)
+    a: dict = {}
+    b: dict = {}
+    _as_worker(a, proc, 10.0, 1_000, many)  # a holds the whole record, no deltas
+    late = 1_000 + 3_600_000 + 1
+    _as_worker(b, proc, 20.0, late, many[:4])  # the rest expires: a new whole record
+    _as_worker(b, proc, 30.0, late + 1, many[:2])  # and a delta on it
+    assert len(handle.lists["shard_delta"].items) == 1
+    reads = handle.values["shard"].gets
+    got = _as_worker(a, proc, 40.0, late + 2, many[2:4])
+    assert handle.values["shard"].gets == reads + 1, "deltas of another record were applied"
+    assert got.names == many[:4]
