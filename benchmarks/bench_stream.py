@@ -164,6 +164,10 @@ def print_live_breakdown(live: list[BatchStats], progress: list[dict]) -> None:
     print("live batches (reports, total ms, decision stage ms, decisions):",
           [(reports_of(p), p["durationMs"]["triggerExecution"]) for p in progress],
           [(round(s.duration_ms - s.collect_ms), s.decisions) for s in live])  # fmt: skip
+    for s in live:
+        if s.decisions:
+            print(f"  batch {s.batch_id} with a policy cycle ({s.decisions} decisions), ms:",
+                  {k: round(v) for k, v in s.phases.items()})  # fmt: skip
     print(f"live: {len(live)} batches, {rows:.1f} reports per batch; mean ms per batch:",
           {k: round(v) for k, v in sorted(parts.items())},
           f"of which Spark plan {statistics.mean(s.collect_ms for s in live):.0f}, decision "

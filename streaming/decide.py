@@ -445,10 +445,10 @@ class DecisionStage:
             # The registry's live brokers when the batch made the cycle due; an empty registry
             # (agents running without Redis) leaves every reporting broker in
             namespaces, live = pending.namespaces, pending.brokers or None
-        cycle_started = time.monotonic()
+        phases = _Phases()
         with gc_paused():
             view = self._view.cluster_view(namespaces, live)
-            view_ms = (time.monotonic() - cycle_started) * 1000
+            phases.mark("cycle_view")
             cycle_state, result = step(
                 progress.cycle_state,
                 view,
@@ -457,24 +457,24 @@ class DecisionStage:
                 cycle=str(progress.batch),
                 seed=self.seed,
             )
+            phases.mark("cycle_step")
         sink = KafkaSink(self.bootstrap_servers, self.client_config)
         for d in result.decisions:
             sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
         sink.flush()
+        phases.mark("cycle_publish")
         done = Progress(progress.batch, progress.now_ms, cycle_state)
         self._progress_store.commit_cycle(done)
         self._progress = done
+        phases.mark("cycle_commit")
         assert self._metrics is not None
         self._safely(self._metrics.decisions, result.decisions, result)
+        phases.mark("cycle_metrics")
         if batch is not None:
             stats, started = batch
-            phases = dict(stats.phases)
-            phases["cycle_view"] = view_ms
-            cycle_ms = (time.monotonic() - cycle_started) * 1000
-            phases["cycle_step_publish_commit"] = cycle_ms - view_ms
             stats = replace(
                 stats,
-                phases=phases,
+                phases={**stats.phases, **phases.ms},
                 decisions=len(result.decisions),
                 decision_ids=tuple(d.id for d in result.decisions),
             )

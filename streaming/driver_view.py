@@ -203,6 +203,34 @@ class _BundleData(Mapping[str, BundleData]):
         except KeyError:
             return default
 
+    def short_term_totals(self, names: list[str], by_msg_rate: bool) -> list[float | None]:
+        """Each name's short-term throughput (or with ``by_msg_rate`` msg rate) in + out, as
+        ``d.short_term.msg_throughput_in + d.short_term.msg_throughput_out`` of its value
+        would give it (one float64 addition of the same two numbers), ``None`` for a name
+        without data; for ``shedding.selection.sheddable_bundles``, which ranks every bundle of
+        a shedding broker and would otherwise make a value for each."""
+        first, second = (2, 3) if by_msg_rate else (0, 1)  # STAT_COLUMNS: rates after throughputs
+        out: list[float | None] = [None] * len(names)
+        where, outside = self._where, self._outside
+        by_shard: dict[str, tuple[list[int], list[int]]] = {}
+        for i, name in enumerate(names):
+            at = where.get(name)
+            if at is None or name in outside:
+                continue
+            entry = by_shard.get(at[0])
+            if entry is None:
+                entry = by_shard[at[0]] = ([], [])
+            entry[0].append(i)
+            entry[1].append(at[1])
+        for key, (positions, rows) in by_shard.items():
+            avg = self._made[key].state.short_avg
+            picked = np.asarray(rows, dtype=np.int64)
+            for pos, total in zip(
+                positions, (avg[picked, first] + avg[picked, second]).tolist(), strict=True
+            ):
+                out[pos] = total
+        return out
+
     def __contains__(self, name: object) -> bool:
         return name in self._where and name not in self._outside
 

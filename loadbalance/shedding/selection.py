@@ -50,6 +50,9 @@ def sheddable_bundles(
     shedding broker (tens of thousands at a million bundles, the most of an OverloadShedder
     cycle there), so the averages are fetched in one C-level call (``itemgetter``; a bundle
     without averages sends it back to ``get`` one by one) and the loop makes no other call.
+    A ``bundle_data`` that offers ``short_term_totals(names, by_msg_rate)`` (the short-term
+    in + out sum of each name, ``None`` for a bundle without data, the same float additions)
+    is asked for the sums instead, so a lazy view need not make a value per bundle.
     """
     recent = view.recently_unloaded
     data = view.bundle_data
@@ -59,6 +62,12 @@ def sheddable_bundles(
         else UNSEEN_SHORT_TERM_THROUGHPUT_BYTES_PER_S
     )
     names = [b for b in broker.bundles if not (b in recent or b in taken or is_system_bundle(b))]
+    bulk = getattr(data, "short_term_totals", None)
+    if bulk is not None:  # a view over columns (the streaming driver's): no values made
+        totals = bulk(names, by_msg_rate)
+        keyed = [(-unseen if t is None else -t, b) for b, t in zip(names, totals, strict=True)]
+        keyed.sort()
+        return [(b, -negative) for negative, b in keyed]
     try:
         found = itemgetter(*names)(data) if len(names) > 1 else tuple(data[b] for b in names)
     except KeyError:

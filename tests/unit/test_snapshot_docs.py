@@ -273,3 +273,52 @@ def test_the_views_digests_are_what_folding_the_reports_would_work_out() -> None
     without = step(CycleState(), long_way, config, now_ms=600_000, cycle="1")
     assert with_digests == without
     assert any(d.kind == "split" for d in with_digests[1].decisions)
+
+
+def test_short_term_totals_are_the_sums_of_the_made_values_and_shedding_ranks_the_same() -> None:
+    """``sheddable_bundles`` asks the driver's lazy ``bundle_data`` for each bundle's short-term
+    sum instead of making a value per bundle: the sums must be the made values' own additions
+    (NaN, a zero and a negative zero included), ``None`` for a bundle without data or left out,
+    and the shedders' ranking the same as over a plain dict of the made values."""
+    from loadbalance.shedding.selection import sheddable_bundles
+
+    before = NamespaceBundles.initial(NS, 64)
+    after = NamespaceBundles(NS, (before.boundaries[0], 0x02000000, *before.boundaries[1:]), 1)
+    names = before.bundle_names
+    states = {f"s:{k}": _state(names[k::3], f"b{k}", 5) for k in range(3)}
+    states["s:1"].short_avg[0] = [np.nan, 1.0, 0.0, -0.0]
+    states["s:2"].short_avg[1] = [1e300, 1e300, 3.0, 4.0]  # an overflow to inf
+    view = DriverView()
+    view.apply(_shard_rows({k: s.to_bytes() for k, s in states.items()}))
+    unknown = NamespaceBundles.initial("t/quiet", 2).bundle_names
+    asked = [*names, *after.bundle_names[:1], *unknown]
+    view.apply(_broker_rows({"b0": {"bundles": asked}}))
+    got = view.cluster_view({NS: after})  # the split parent names[0] is left out
+    data = got.bundle_data
+    for by_rate in (False, True):
+        totals = data.short_term_totals(asked, by_rate)
+        for name, total in zip(asked, totals, strict=True):
+            d = data.get(name)
+            if d is None:
+                assert total is None, name
+                continue
+            s = d.short_term
+            want = (
+                s.msg_rate_in + s.msg_rate_out
+                if by_rate
+                else s.msg_throughput_in + s.msg_throughput_out
+            )
+            assert np.array([total]).view(np.int64)[0] == np.array([want]).view(np.int64)[0]
+        plain = replace_data(got, dict(data.items()))
+        broker = got.brokers["b0"]
+        fast = sheddable_bundles(got, broker, by_msg_rate=by_rate)
+        slow = sheddable_bundles(plain, plain.brokers["b0"], by_msg_rate=by_rate)
+        assert [(b, repr(v)) for b, v in fast] == [(b, repr(v)) for b, v in slow]  # NaN too
+    assert data.short_term_totals([names[0], unknown[0]], False) == [None, None]
+
+
+def replace_data(view, data):
+    """``view`` with ``bundle_data`` a plain dict (no ``short_term_totals``)."""
+    from dataclasses import replace
+
+    return replace(view, bundle_data=data)
