@@ -7,10 +7,11 @@ Per micro-batch, on the driver:
 2. apply the rows (the blobs of the state shards that received samples, the brokers that
    reported or went away) to the driver's ``DriverView``, seeded from the Redis snapshot at
    start-up;
-3. write the changed shard blobs and broker documents, the clock and the batch id to Redis in
-   one transaction (``metadata_store.progress.RedisProgress.commit``); when split or shedding
-   is due at the batch's clock, the batch's namespaces are recorded first
-   (``P:stream:pending``) and the commit says ``cycle_pending``;
+3. write the shard records (whole or delta) and broker documents the batch changed, the clock
+   and the batch id to Redis in one transaction
+   (``metadata_store.progress.RedisProgress.commit``); when split or shedding is due at the
+   batch's clock, the batch's namespaces are recorded first (``P:stream:pending``) and the
+   commit says ``cycle_pending``;
 4. a pending cycle then runs ``loadbalance.cycle.step`` over the view just committed, with
    ``cycle = str(batch_id)`` and ``now_ms`` = the newest Kafka timestamp seen so far (never the
    wall clock), publishes every decision with ``encode_decision``, keyed by bundle (the view
@@ -86,7 +87,7 @@ def policies_due(state: CycleState, config: LoadBalancerConfig, now_ms: int) -> 
 
 def _lookahead(advance_ms: int) -> int:
     """How far ahead of a batch's clock to look for a due cycle: four times what the last batch
-    advanced it, at least 3 s. The first warm-up in that window decodes every shard blob (up
+    advanced it, at least 3 s. The first warm-up in that window decodes every shard record (up
     to about a second of CPU at a million bundles, beside the next batch, so it must start a few
     batches early to be over when the cycle comes); the next ones redo only what changed, and
     the cycle itself only what its own batch changed."""
@@ -423,7 +424,7 @@ class DecisionStage:
         if policies_due(progress.cycle_state, self.config, now_ms + _lookahead(
             now_ms - progress.now_ms
         )):  # fmt: skip
-            # a cycle is due within a few batches: decode the shard blobs now, beside the next
+            # a cycle is due within a few batches: decode the shard records now, beside the next
             # batch's Spark work, so the cycle decodes only what changes
             self._view.warm()
         self._finished(stats, started)

@@ -1,15 +1,15 @@
 """The decision stage's copy of the averaged cluster view, kept on the driver between batches.
 
 Why a separate copy: the policies need the whole cluster at once, while the state step only
-emits what a batch touched. So the driver keeps the latest blob of every state shard (what the
-state step emitted for it) and the latest row of every broker, and builds a ``ClusterView`` from
-them for ``cycle.step``. It is also what the job writes to Redis as the load snapshot (only the
-shards and brokers a batch changed), and what a restarted job reads back from there, so the
-view after a restart is the view before it.
+emits what a batch touched. So the driver keeps every state shard as the state step stored it
+(its latest whole record and the delta records after it) and the latest row of every broker,
+and builds a ``ClusterView`` from them for ``cycle.step``. It is also what the job writes to
+Redis as the load snapshot (only the records and brokers a batch changed), and what a restarted
+job reads back from there, so the view after a restart is the view before it.
 
 The snapshot is the published load-snapshot format (``metadata_store.load_snapshot``,
-``docs/snapshot-format.md``): ``P:load:shards`` bundle shard -> the shard blob as the state
-step emitted it (the blob is the format's bundle-shard record); ``P:load:brokers`` broker ->
+``docs/snapshot-format.md``): ``P:load:shards`` bundle shard ``s:<n>`` -> its whole record and
+``s:<n>+<k>`` -> its k-th delta record, as the state step emitted them; ``P:load:brokers`` broker ->
 ``{"report": <LocalBrokerData JSON without lastStats>, "historyUsage", "msgThroughputEma",
 "updatedAtMs"}``, the ``brokers`` entry of ``lbctl decide``'s snapshot, floats written with
 ``repr`` and so read back bit for bit.
@@ -20,9 +20,10 @@ the background warm-up) and keep the values it made for unchanged bundles, and i
 than the bytes the batch already brought to the driver; a full read and decode per cycle would
 cost more than a batch (``docs/benchmarks.md``, streaming job).
 
-Blobs are decoded only when a policy cycle needs them, and then only the shards that changed
-since the previous cycle: with reports every few seconds and policies every minute, most blobs
-are replaced before anyone reads them. The cycle's view reads the decoded arrays through lazy
+Records are decoded only when a policy cycle needs them, and then only what changed since the
+previous cycle: the new deltas applied to a copy of the shard decoded before, or a new whole
+record (with reports every few seconds and policies every minute, most records are replaced
+before anyone reads them). The cycle's view reads the decoded arrays through lazy
 mappings (``bundle_data``, each broker's ``lastStats``): a bundle's frozen values are made the
 first time a policy reads them, a whole broker at once, and kept while its row is unchanged. The
 per-broker figures every cycle needs (the sums, the report digests) come from the arrays, so a
@@ -41,7 +42,7 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import astuple
+from dataclasses import astuple, dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -398,7 +399,7 @@ class _Columns:
         return TimeAverageBrokerData(*(math.fsum(c) for c in columns))
 
     def digest(
-        self, report: LocalBrokerData, stats_rows: list[int], members: list[str]
+        self, report: LocalBrokerData, stats_rows: list[int], counts: dict[str, int]
     ) -> ReportDigest:
         judged = np.asarray(stats_rows, dtype=np.int64)
         judged = judged[self.topics[judged] >= 2]  # the split scan judges these alone
@@ -409,12 +410,54 @@ class _Columns:
             int(self.sessions[judged].max()) if len(judged) else -1,
             _max_or_minus_inf(self.rate[judged]),
             _max_or_minus_inf(self.throughput[judged]),
-            dict(Counter(map(bundle_namespace, members))),
+            dict(counts),
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _BrokerRows:
+    """What a view takes from one broker's bundle list: each bundle's row in ``_Columns`` (the
+    defaults' row for a bundle without data or left out), the bundles that make its
+    ``lastStats`` (those it was the last to report) and their rows, and its bundles per
+    namespace. Kept between views while the list, the row numbering, the bundles left out and
+    the last reporters of its bundles stay the same: a cycle over a million bundles would
+    otherwise look up every bundle of every broker again (most of a view's time)."""
+
+    listed: list[str]  # the report's list, as given
+    members: list[str]  # the same without repeats
+    rows: list[int]
+    names: list[str]
+    judged: list[int]
+    counts: dict[str, int]
+
+    @classmethod
+    def of(
+        cls,
+        broker: str,
+        listed: list[str],
+        where: Mapping[str, tuple[str, int]],
+        outside: frozenset[str],
+        owners: Mapping[str, list[str]],
+        columns: _Columns,
+    ) -> _BrokerRows:
+        members = list(dict.fromkeys(listed))
+        rows, names, judged = [], [], []
+        for b in members:
+            at = where.get(b)
+            if at is None or b in outside:
+                rows.append(columns.default_row)
+                continue
+            row = columns.offset[at[0]] + at[1]
+            rows.append(row)
+            if owners[at[0]][at[1]] == broker:
+                names.append(b)
+                judged.append(row)
+        counts = dict(Counter(map(bundle_namespace, members)))
+        return cls(list(listed), members, rows, names, judged, counts)
+
+
 class DriverView:
-    """Latest shard blobs and broker rows; see the module docstring."""
+    """Latest shard records and broker rows; see the module docstring."""
 
     def __init__(self) -> None:
         self._shards: dict[str, bytes] = {}  # state shard key -> its latest whole record
@@ -428,6 +471,12 @@ class DriverView:
         self._where: dict[str, tuple[str, int]] = {}
         self._lock = threading.Lock()  # decoding: a policy cycle or a warm-up thread
         self._warming: threading.Thread | None = None
+        # per broker, what a view took from its bundle list (``_BrokerRows``), and the bundles
+        # whose last reporter changed since the last view (they may join or leave a lastStats)
+        self._rows_cache: dict[str, _BrokerRows] = {}
+        self._rows_where: Mapping[str, tuple[str, int]] | None = None
+        self._rows_outside: frozenset[str] = frozenset()
+        self._moved: set[str] = set()
         self._brokers: dict[str, tuple[dict[str, Any], float, float, int]] = {}
         self._ns_names: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {}
         self.changed_brokers: dict[str, str] = {}  # snapshot documents to write
@@ -539,6 +588,10 @@ class DriverView:
         outside = frozenset(self._outside(namespaces, where.keys()))
         columns = _Columns(made)
         owners = {key: m.state.owners for key, m in made.items()}
+        cache = self._rows_cache
+        if where is not self._rows_where or outside != self._rows_outside:
+            cache.clear()  # rows renumbered, or other bundles left out
+        moved, self._moved = self._moved, set()
         brokers: dict[str, BrokerLoad] = {}
         averages: dict[str, TimeAverageBrokerData] = {}
         digests: dict[str, ReportDigest] = {}
@@ -546,30 +599,29 @@ class DriverView:
             if live is not None and broker not in live:
                 continue
             doc, usage, ema, event_ms = self._brokers[broker]
-            members = list(dict.fromkeys(doc.get("bundles") or ()))
-            # one pass over the broker's bundles: each one's row (the defaults' row for a
-            # bundle without data or left out), and the ones that make its ``lastStats``
-            rows, names, judged = [], [], []
-            for b in members:
-                at = where.get(b)
-                if at is None or b in outside:
-                    rows.append(columns.default_row)
-                    continue
-                row = columns.offset[at[0]] + at[1]
-                rows.append(row)
-                if owners[at[0]][at[1]] == broker:
-                    names.append(b)
-                    judged.append(row)
-            report = report_from_doc(doc, broker, _LastStats(names, made, where))
+            listed = doc.get("bundles") or []
+            got = cache.get(broker)
+            if got is None or got.listed != listed or not moved.isdisjoint(got.members):
+                got = cache[broker] = _BrokerRows.of(broker, listed, where, outside, owners,
+                                                     columns)  # fmt: skip
+            report = report_from_doc(doc, broker, _LastStats(got.names, made, where))
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
-            averages[broker] = columns.time_average(rows)
-            digests[broker] = columns.digest(report, judged, members)
+            averages[broker] = columns.time_average(got.rows)
+            digests[broker] = columns.digest(report, got.judged, got.counts)
+        for broker in set(cache) - set(brokers):  # not looked at: ``moved`` is not kept for it
+            del cache[broker]
+        self._rows_where, self._rows_outside = where, outside
         state = LoadState(
             MappingProxyType(brokers),
             _BundleData(made, where, outside),
             MappingProxyType(digests),
         )
         return build_view(state, namespaces=namespaces, time_averages=averages)
+
+    def _note_moved(self, old: ShardState, new: ShardState, rows: np.ndarray) -> None:
+        """Add the bundles of ``rows`` (rows of both, same names) whose last reporter differs."""
+        was, now = old.owners, new.owners
+        self._moved.update(new.names[r] for r in rows.tolist() if was[r] != now[r])
 
     def _records(self) -> dict[str, tuple[bytes, tuple[bytes, ...]]]:
         """shard -> (whole record, its deltas): what a view is built from, as of now."""
@@ -600,11 +652,14 @@ class DriverView:
                     state = old.state.copy()
                     written = [state.merge(decode_bundle_shard(d)) for d in deltas[old.deltas :]]
                     renamed |= len(state) != len(old.state)
-                    made[key] = _kept(old, blob, state, len(deltas), np.concatenate(written))
+                    rows = np.concatenate(written)
+                    self._note_moved(old.state, state, rows[rows < len(old.state)])
+                    made[key] = _kept(old, blob, state, len(deltas), rows)
                     continue
                 new = ShardState.from_bytes(blob, deltas)
                 if old is not None and old.state.names == new.names:
                     changed = _changed_rows(old.state, new)
+                    self._note_moved(old.state, new, changed)
                     if len(changed) < len(new):
                         made[key] = _kept(old, blob, new, len(deltas), changed)
                         continue
@@ -661,7 +716,7 @@ class DriverView:
         return [n for n in set(names) - current if bundle_namespace(n) in namespaces]
 
     def take_changes(self) -> tuple[dict[str, str], set[str], dict[str, bytes], set[str]]:
-        """Broker documents and shard blobs written, and keys removed, since the last call;
+        """Broker documents and shard records written, and fields removed, since the last call;
         resets them."""
         out = (
             self.changed_brokers,
@@ -677,7 +732,7 @@ class DriverView:
     def from_snapshot(
         cls, brokers: Mapping[str, str | bytes], shards: Mapping[str, bytes]
     ) -> DriverView:
-        """Rebuild the view from the snapshot the job wrote (broker documents, shard blobs)."""
+        """Rebuild the view from the snapshot the job wrote (broker documents, shard records)."""
         view = cls()
         by_shard: dict[str, dict[int, bytes]] = {}
         for name, raw in shards.items():

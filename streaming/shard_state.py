@@ -2,9 +2,9 @@
 
 Why arrays: keying Spark state by individual bundle costs state-server round trips per key and a
 Python call per row (too slow for the bundle samples a cluster sends, DESIGN.md §5), so the job
-keys bundle state by *shard* (``shard_of(bundle)``) and keeps a whole shard as ONE value-state
-blob. Inside a shard the update of ``TimeAverageMessageData`` runs as NumPy operations across
-bundles.
+keys bundle state by *shard* (``shard_of(bundle)``) and keeps a whole shard as one record plus
+the delta records of the batches since (``streaming.state``). Inside a shard the update of
+``TimeAverageMessageData`` runs as NumPy operations across bundles.
 
 The update rule is sequential per bundle (``n = min(n + 1, max)``, ``avg = ((n - 1) * avg +
 sample) / n``), so samples are grouped by their rank within their bundle (the first sample of
@@ -16,10 +16,11 @@ Two binary layouts are used here, both versioned by a magic prefix:
 
 * a **sample block** (``pack_samples``): one report's samples for one shard, written by the parse
   stage; names, float64 ``[m, 4]`` rates/throughputs, int64 ``[m, 3]`` counts; private to the job;
-* a **shard blob** (``ShardState.to_bytes``): the state of every bundle of a shard, which is the
-  load snapshot's published bundle-shard record (``metadata_store.load_snapshot`` owns and
-  documents the layout), so the job stores its value state, hands it to the driver and writes it
-  to Redis as the same bytes, with no conversion.
+* a **shard record** (``ShardState.to_bytes``): the state of every bundle of a shard, and a
+  **delta record** (``ShardState.delta_bytes``) of the bundles one batch changed, both the load
+  snapshot's published bundle-shard record (``metadata_store.load_snapshot`` owns and documents
+  the layout), so the job stores its state, hands it to the driver and writes it to Redis as the
+  same bytes, with no conversion.
 
 Column order of the float arrays is ``STAT_COLUMNS``: msgThroughputIn, msgThroughputOut,
 msgRateIn, msgRateOut, the argument order of ``TimeAverageMessageData.update_values``.

@@ -207,3 +207,84 @@ def test_snapshot_fields_and_deltas_without_their_record():
     merged = merged_shards({"s:4+2": encode_bundle_shard(one)})
     assert merged["s:4"].names == one.names and merged["s:4"].owners == ["b9"]
     assert encode_bundle_shard(merged["s:4"]) == encode_bundle_shard(one)
+
+
+def _broker_rows(lists: dict[str, list[str]], event_ms: int) -> pd.DataFrame:
+    import json
+
+    from streaming.schema import BROKER
+
+    return frame(
+        OUTPUT_FIELDS,
+        len(lists),
+        kind=np.array([BROKER] * len(lists), dtype=object),
+        name=np.array(list(lists), dtype=object),
+        event_ms=np.full(len(lists), event_ms, dtype=np.int64),
+        history_usage=np.full(len(lists), 0.5),
+        msg_throughput_ema=np.full(len(lists), 1.0),
+        doc=np.array([json.dumps({"bundles": v}) for v in lists.values()], dtype=object),
+    )
+
+
+def _view_figures(view) -> dict:
+    out = {}
+    for broker, bv in view.brokers.items():
+        d = view.report_digests.by_broker[broker]
+        out[broker] = (
+            list(bv.report.last_stats),
+            bv.time_average,
+            (d.max_topics, d.max_sessions, d.max_long_term_msg_rate),
+            d.namespace_counts,
+        )
+    return out
+
+
+def test_a_long_lived_view_equals_one_rebuilt_from_the_snapshot_as_bundles_change_hands():
+    """The view keeps what it took from each broker's bundle list between cycles; bundles
+    moving between brokers (a new last reporter), lists changing and namespaces splitting must
+    all give the view a view rebuilt from the same records gives."""
+    rng = np.random.default_rng(5)
+    key = "s:0"
+    handle = FakeHandle()
+    proc = LoadStateProcessor(0.9, 60_000, 10**9)
+    proc.init(handle)
+    view = DriverView()
+    fields: dict[str, bytes] = {}
+    nb = NamespaceBundles.initial("t/ns", 64)
+    lists = {"b1": list(nb.bundle_names[:32]), "b2": list(nb.bundle_names[32:]), "b3": []}
+    for batch in range(40):
+        event_ms = 1_000 * (batch + 1)
+        if batch % 5 == 4:  # a few bundles change hands: the new owner reports them
+            src, dst = ("b1", "b2") if batch % 10 == 4 else ("b2", "b3")
+            moving = lists[src][:3]
+            lists[src] = lists[src][3:]
+            lists[dst] = lists[dst] + moving
+        if batch == 23:  # a split: the bundle's halves replace it on its broker's list
+            parent = nb.bundle_names[5]
+            nb = nb.split(parent, [nb.boundaries[5] + (nb.boundaries[6] - nb.boundaries[5]) // 2])
+            owner = next(b for b, names in lists.items() if parent in names)
+            lists[owner] = [n for n in lists[owner] if n != parent] + nb.bundle_names[5:7]
+        out = []
+        for broker, names in lists.items():
+            if not names or rng.random() < 0.4:
+                continue
+            batch_rows = _batch(key, rng, names, event_ms)
+            batch_rows["broker"] = broker
+            out += list(proc.handleInputRows((key,), iter([batch_rows]), None))
+        rows = pd.concat([*out, _broker_rows(lists, event_ms)], ignore_index=True)
+        view.apply(rows)
+        _redis_apply(fields, view.take_changes())
+        if batch % 2:
+            continue
+        namespaces = {"t/ns": nb}
+        got = view.cluster_view(namespaces)
+        brokers = {b: json_doc(v) for b, v in lists.items()}
+        fresh = DriverView.from_snapshot(brokers, fields).cluster_view(namespaces)
+        assert _view_figures(got) == _view_figures(fresh), f"batch {batch}"
+
+
+def json_doc(names: list[str]) -> str:
+    import json
+
+    doc = {"report": {"bundles": names}, "historyUsage": 0.5, "msgThroughputEma": 1.0}
+    return json.dumps({**doc, "updatedAtMs": 1})
