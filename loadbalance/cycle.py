@@ -264,9 +264,16 @@ def _place(
     seed: int,
     now_ms: int,
 ) -> tuple[list[Decision], PlacementState]:
-    """Give modular shedders' unloads a destination when transfers are enabled."""
+    """Give modular shedders' unloads a destination when transfers are enabled.
+
+    A ``bundle_data`` that offers ``prefetch(names)`` (the streaming driver's lazy view) is
+    told up front which bundles placement will read, so it can make their values in one pass
+    rather than one at a time."""
     if not config.load_balancer_transfer_enabled or not any(d.kind == UNLOAD for d in shed):
         return shed, placement_state
+    prefetch = getattr(view.bundle_data, "prefetch", None)
+    if prefetch is not None:
+        prefetch([d.bundle for d in shed if d.kind == UNLOAD])
     selector = BrokerSelector(
         view, config, cycle_rng(cycle, seed), strategy_state=placement_state, now_ms=now_ms
     )

@@ -181,10 +181,19 @@ class _BundleData(Mapping[str, BundleData]):
     Why lazy: a cycle over a million bundles reads the values of the bundles on the brokers
     its policies look at, seldom all; making a million frozen values costs seconds."""
 
-    __slots__ = ("_len", "_made", "_outside", "_where")
+    __slots__ = ("_columns", "_len", "_made", "_outside", "_rows", "_where")
 
-    def __init__(self, made: Mapping[str, _Made], where: Where, outside: frozenset[str]):
+    def __init__(
+        self,
+        made: Mapping[str, _Made],
+        where: Where,
+        outside: frozenset[str],
+        columns: _Columns | None = None,
+        rows: Mapping[str, int] | None = None,
+    ):
         self._made, self._where, self._outside = made, where, outside
+        # the view's columns and each bundle's row in them (``short_term_totals`` reads them)
+        self._columns, self._rows = columns, rows
         self._len = len(where) - sum(1 for n in outside if n in where)
 
     def __getitem__(self, name: str) -> BundleData:
@@ -204,6 +213,13 @@ class _BundleData(Mapping[str, BundleData]):
         except KeyError:
             return default
 
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Make the values of ``names`` (those held and not left out) now, a shard at a time:
+        placement reads thousands of moved bundles one by one, and a value made alone costs
+        as much as fifty made together."""
+        where, outside = self._where, self._outside
+        _make_all(self._made, where, (n for n in names if n in where and n not in outside))
+
     def short_term_totals(self, names: list[str], by_msg_rate: bool) -> list[float | None]:
         """Each name's short-term throughput (or with ``by_msg_rate`` msg rate) in + out, as
         ``d.short_term.msg_throughput_in + d.short_term.msg_throughput_out`` of its value
@@ -211,6 +227,20 @@ class _BundleData(Mapping[str, BundleData]):
         without data; for ``shedding.selection.sheddable_bundles``, which ranks every bundle of
         a shedding broker and would otherwise make a value for each."""
         first, second = (2, 3) if by_msg_rate else (0, 1)  # STAT_COLUMNS: rates after throughputs
+        if self._columns is not None and self._rows is not None:
+            # one lookup per name and two gathers (the columns' first four are the short-term)
+            outside, get = self._outside, self._rows.get
+            rows = np.fromiter(
+                (-1 if n in outside else get(n, -1) for n in names), np.int64, len(names)
+            )
+            values = self._columns.values
+            found = rows >= 0
+            picked = rows[found]
+            totals = (values[picked, first] + values[picked, second]).tolist()
+            out_: list[float | None] = [None] * len(names)
+            for pos, total in zip(np.flatnonzero(found).tolist(), totals, strict=True):
+                out_[pos] = total
+            return out_
         out: list[float | None] = [None] * len(names)
         where, outside = self._where, self._outside
         by_shard: dict[str, tuple[list[int], list[int]]] = {}
@@ -477,6 +507,8 @@ class DriverView:
         self._rows_where: Mapping[str, tuple[str, int]] | None = None
         self._rows_outside: frozenset[str] = frozenset()
         self._moved: set[str] = set()
+        self._global_rows: Mapping[str, int] = {}
+        self._global_where: Mapping[str, tuple[str, int]] | None = None
         self._brokers: dict[str, tuple[dict[str, Any], float, float, int]] = {}
         self._ns_names: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {}
         self.changed_brokers: dict[str, str] = {}  # snapshot documents to write
@@ -613,10 +645,23 @@ class DriverView:
         self._rows_where, self._rows_outside = where, outside
         state = LoadState(
             MappingProxyType(brokers),
-            _BundleData(made, where, outside),
+            _BundleData(made, where, outside, columns, self._rows_of(made, where)),
             MappingProxyType(digests),
         )
         return build_view(state, namespaces=namespaces, time_averages=averages)
+
+    def _rows_of(self, made: Mapping[str, _Made], where: Where) -> Mapping[str, int]:
+        """bundle -> its row in the view's ``_Columns`` (shards in key order), made again only
+        when the bundle index was (rows move only when a shard's bundle list changes)."""
+        if self._global_where is not where:
+            rows: dict[str, int] = {}
+            total = 0
+            for key in sorted(made):
+                names = made[key].state.names
+                rows.update(zip(names, range(total, total + len(names)), strict=True))
+                total += len(names)
+            self._global_rows, self._global_where = rows, where
+        return self._global_rows
 
     def _note_moved(self, old: ShardState, new: ShardState, rows: np.ndarray) -> None:
         """Add the bundles of ``rows`` (rows of both, same names) whose last reporter differs."""

@@ -322,3 +322,43 @@ def replace_data(view, data):
     from dataclasses import replace
 
     return replace(view, bundle_data=data)
+
+
+def test_prefetch_makes_the_values_placement_reads_and_they_are_the_same() -> None:
+    """Placement tells the lazy ``bundle_data`` which moved bundles it will read
+    (``prefetch``); the values made together must be the ones made one at a time, and names
+    the view does not hold or leaves out are skipped."""
+    from dataclasses import replace
+
+    from loadbalance.config import LoadBalancerConfig
+    from loadbalance.cycle import CycleState, step
+
+    namespaces = {f"t/n{i}": NamespaceBundles.initial(f"t/n{i}", 16) for i in range(4)}
+    names = [b for nb in namespaces.values() for b in nb.bundle_names]
+    view = DriverView()
+    view.apply(_shard_rows({"s:0": _state(names[:40], "hot", 5).to_bytes(),
+                            "s:1": _state(names[40:], "cold", 5).to_bytes()}))  # fmt: skip
+    cpu = {"hot": {"usage": 95, "limit": 100}, "cold": {"usage": 10, "limit": 100}}
+    view.apply(_broker_rows({b: {"bundles": n, "cpu": cpu[b]}
+                             for b, n in (("hot", names[:40]), ("cold", names[40:]))}))  # fmt: skip
+    got = view.cluster_view(namespaces)
+    one_by_one = view.cluster_view(namespaces)
+    asked = [*names[:10], "t/n9/0x00000000_0xffffffff"]
+    got.bundle_data.prefetch(asked)
+    for name in names[:10]:
+        assert got.bundle_data[name] == one_by_one.bundle_data[name]
+    seen: list[list[str]] = []
+
+    class Watching(type(got.bundle_data)):
+        def prefetch(self, wanted):
+            seen.append(list(wanted))
+            super().prefetch(wanted)
+
+    watched = Watching(view._made, view._where, frozenset())
+    config = LoadBalancerConfig(loadBalancerLoadSheddingStrategy="OverloadShedder")
+    _, result = step(CycleState(), replace(got, bundle_data=watched), config, now_ms=600_000,
+                     cycle="1")  # fmt: skip
+    moved = [d.bundle for d in result.decisions if d.kind == "transfer"]
+    assert moved and seen and set(moved) <= set(seen[0])
+    _, plain = step(CycleState(), got, config, now_ms=600_000, cycle="1")
+    assert result.decisions == plain.decisions
