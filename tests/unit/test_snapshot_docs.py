@@ -362,3 +362,19 @@ def test_prefetch_makes_the_values_placement_reads_and_they_are_the_same() -> No
     assert moved and seen and set(moved) <= set(seen[0])
     _, plain = step(CycleState(), got, config, now_ms=600_000, cycle="1")
     assert result.decisions == plain.decisions
+
+
+def test_a_bundle_reported_after_its_namespace_split_is_left_out_of_the_next_view() -> None:
+    """The view keeps its list of bundles left out while the namespaces and the bundles held
+    are the same; a parent a late report brings back (the namespaces unchanged) must still be
+    left out."""
+    before = NamespaceBundles.initial(NS, 2)
+    parent = before.bundle_names[0]
+    after = NamespaceBundles(NS, (before.boundaries[0], 0x40000000, *before.boundaries[1:]), 1)
+    view = DriverView()
+    view.apply(_shard_rows({"s:0": _state(after.bundle_names, "b1", 5).to_bytes()}))
+    assert parent not in view.cluster_view({NS: after}).bundle_data
+    late = _state([*after.bundle_names, parent], "b1", 6)
+    view.apply(_shard_rows({"s:0": late.to_bytes()}))
+    seen = view.cluster_view({NS: after}).bundle_data
+    assert parent not in seen and set(after.bundle_names) <= set(seen)

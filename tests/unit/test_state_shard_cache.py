@@ -238,3 +238,33 @@ def test_a_cached_copy_of_an_older_whole_record_is_not_caught_up():
     got = _as_worker(a, proc, 40.0, late + 2, many[2:4])
     assert handle.values["shard"].gets == reads + 1, "deltas of another record were applied"
     assert got.names == many[:4]
+
+
+def test_a_store_written_before_delta_records_is_read_and_continued():
+    """A checkpoint from before delta records holds the whole record and a plain tag, and no
+    list: the step reads it, appends deltas after it, and a worker without the cache reads the
+    record and those deltas back."""
+    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
+    old = ShardState()
+    old.apply(many, np.full((40, 4), 5.0), np.ones((40, 3), dtype=np.int64), ["b0"] * 40,
+              np.full(40, 500))  # fmt: skip
+    handle = FakeHandle()
+    proc = _processor(handle)
+    handle.values["shard"].value = (old.to_bytes(),)
+    handle.values["shard_tag"].value = ("0123456789abcdef0123456789abcdef",)  # a plain uuid
+    a: dict = {}
+    b: dict = {}
+    _as_worker(a, proc, 10.0, 1_000, many[:4])
+    _as_worker(a, proc, 20.0, 2_000, many[4:8])
+    assert len(handle.lists["shard_delta"].items) == 2  # deltas after the old record
+    got = _as_worker(b, proc, 30.0, 3_000, many[:2])
+    want = old.copy()
+    for rate, t, part in (
+        (10.0, 1_000, many[:4]),
+        (20.0, 2_000, many[4:8]),
+        (30.0, 3_000, many[:2]),
+    ):
+        want.apply(part, np.full((len(part), 4), rate), np.ones((len(part), 3), dtype=np.int64),
+                   ["b1"] * len(part), np.full(len(part), t))  # fmt: skip
+    assert got.to_bytes() == want.to_bytes()
+    assert handle.stored().to_bytes() == want.to_bytes()
