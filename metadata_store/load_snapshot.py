@@ -132,7 +132,14 @@ class BundleShard:
     last_seen_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
-        self._index = {n: i for i, n in enumerate(self.names)}
+        # name -> row, built when first needed: most records decoded (a reader's, a delta
+        # being applied) are never looked up by name
+        self._index: dict[str, int] | None = None
+
+    def _rows_by_name(self) -> dict[str, int]:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
+        return self._index
 
     def __len__(self) -> int:
         return len(self.names)
@@ -140,7 +147,7 @@ class BundleShard:
     def index_of(self, names: list[str]) -> np.ndarray:
         """Rows of ``names``, appending the bundles not held with a fresh bundle's values
         (Pulsar's default averages, no samples), in the order first named."""
-        index = self._index
+        index = self._rows_by_name()
         fresh = [n for n in dict.fromkeys(names) if n not in index]
         if fresh:
             self._grow(fresh)
@@ -149,7 +156,7 @@ class BundleShard:
     def _grow(self, fresh: list[str]) -> None:
         k = len(fresh)
         for n in fresh:
-            self._index[n] = len(self.names)
+            self._rows_by_name()[n] = len(self.names)
             self.names.append(n)
         self.owners.extend([""] * k)
         self.short_n = np.concatenate([self.short_n, np.zeros(k, dtype=np.int64)])
@@ -190,7 +197,7 @@ class BundleShard:
         """An independent copy (arrays and lists copied)."""
         out = copy.copy(self)
         out.names, out.owners = list(self.names), list(self.owners)
-        out._index = dict(self._index)
+        out._index = None if self._index is None else dict(self._index)
         for col in _COLUMNS:
             setattr(out, col, getattr(self, col).copy())
         return out

@@ -181,7 +181,7 @@ class ShardState(BundleShard):
             setattr(self, name, getattr(self, name)[kept])
         self.last_counts = self.last_counts[kept]
         self.last_seen_ms = self.last_seen_ms[kept]
-        self._index = {n: i for i, n in enumerate(self.names)}
+        self._index = None  # rows moved: built again when next needed
         return dropped
 
     def to_bytes(self) -> bytes:
@@ -198,10 +198,14 @@ class ShardState(BundleShard):
         c = decode_bundle_shard(raw)
         state = cls(**{f.name: getattr(c, f.name) for f in fields(BundleShard)})
         for delta in deltas:
-            state.delta_rows += len(state.merge(decode_bundle_shard(delta)))
-            state.deltas += 1
+            state.add_delta(delta)
         state.stored = True
         return state
+
+    def add_delta(self, raw: bytes) -> None:
+        """Apply a stored delta record and count it against the whole record it follows."""
+        self.delta_rows += len(self.merge(decode_bundle_shard(raw)))
+        self.deltas += 1
 
 
 def _step(

@@ -58,7 +58,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from loadbalance.time_average import history_usage
-from metadata_store.load_snapshot import decode_bundle_shard, delta_key
+from metadata_store.load_snapshot import delta_key
 from streaming import stage_timing
 from streaming.schema import (
     BROKER,
@@ -257,8 +257,7 @@ class LoadStateProcessor(StatefulProcessor):
         if len(entries) != k or (state.deltas and entries[state.deltas - 1][1] != state.tag):
             return None
         for record, entry_tag in entries[state.deltas :]:
-            state.delta_rows += len(state.merge(decode_bundle_shard(bytes(record))))
-            state.deltas += 1
+            state.add_delta(bytes(record))
             state.tag = entry_tag
         return state if state.tag == tag else None
 
