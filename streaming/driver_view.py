@@ -188,8 +188,8 @@ class _BundleData(Mapping[str, BundleData]):
         made: Mapping[str, _Made],
         where: Where,
         outside: frozenset[str],
-        columns: _Columns | None = None,
-        rows: Mapping[str, int] | None = None,
+        columns: _Columns,
+        rows: Mapping[str, int],
     ):
         self._made, self._where, self._outside = made, where, outside
         # the view's columns and each bundle's row in them (``short_term_totals`` reads them)
@@ -227,39 +227,18 @@ class _BundleData(Mapping[str, BundleData]):
         without data; for ``shedding.selection.sheddable_bundles``, which ranks every bundle of
         a shedding broker and would otherwise make a value for each."""
         first, second = (2, 3) if by_msg_rate else (0, 1)  # STAT_COLUMNS: rates after throughputs
-        if self._columns is not None and self._rows is not None:
-            # one lookup per name and two gathers (the columns' first four are the short-term)
-            outside, get = self._outside, self._rows.get
-            rows = np.fromiter(
-                (-1 if n in outside else get(n, -1) for n in names), np.int64, len(names)
-            )
-            values = self._columns.values
-            found = rows >= 0
-            picked = rows[found]
-            totals = (values[picked, first] + values[picked, second]).tolist()
-            out_: list[float | None] = [None] * len(names)
-            for pos, total in zip(np.flatnonzero(found).tolist(), totals, strict=True):
-                out_[pos] = total
-            return out_
+        # one lookup per name and two gathers (the columns' first four are the short-term)
+        outside, get = self._outside, self._rows.get
+        rows = np.fromiter(
+            (-1 if n in outside else get(n, -1) for n in names), np.int64, len(names)
+        )
+        values = self._columns.values
+        found = rows >= 0
+        picked = rows[found]
+        totals = (values[picked, first] + values[picked, second]).tolist()
         out: list[float | None] = [None] * len(names)
-        where, outside = self._where, self._outside
-        by_shard: dict[str, tuple[list[int], list[int]]] = {}
-        for i, name in enumerate(names):
-            at = where.get(name)
-            if at is None or name in outside:
-                continue
-            entry = by_shard.get(at[0])
-            if entry is None:
-                entry = by_shard[at[0]] = ([], [])
-            entry[0].append(i)
-            entry[1].append(at[1])
-        for key, (positions, rows) in by_shard.items():
-            avg = self._made[key].state.short_avg
-            picked = np.asarray(rows, dtype=np.int64)
-            for pos, total in zip(
-                positions, (avg[picked, first] + avg[picked, second]).tolist(), strict=True
-            ):
-                out[pos] = total
+        for pos, total in zip(np.flatnonzero(found).tolist(), totals, strict=True):
+            out[pos] = total
         return out
 
     def __contains__(self, name: object) -> bool:

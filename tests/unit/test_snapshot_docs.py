@@ -354,7 +354,8 @@ def test_prefetch_makes_the_values_placement_reads_and_they_are_the_same() -> No
             seen.append(list(wanted))
             super().prefetch(wanted)
 
-    watched = Watching(view._made, view._where, frozenset())
+    lazy = got.bundle_data
+    watched = Watching(lazy._made, lazy._where, lazy._outside, lazy._columns, lazy._rows)
     config = LoadBalancerConfig(loadBalancerLoadSheddingStrategy="OverloadShedder")
     _, result = step(CycleState(), replace(got, bundle_data=watched), config, now_ms=600_000,
                      cycle="1")  # fmt: skip
