@@ -6,13 +6,18 @@ call, so there are few keys and the work inside a key is vectorised):
 * ``s:<shard>`` (``crc32(bundle) % n_shards``): the shard as a value state ``shard`` holding a
   whole ``streaming.shard_state.ShardState`` record (per bundle the short- (10) and long-term
   (1000 samples) ``TimeAverageMessageData``, the last sample, its reporting broker and the event
-  time it was seen) and a list state ``shard_delta`` of the delta records appended since: each
-  batch appends the record of the bundles it changed, and the whole record is written again
+  time it was seen), a map state ``shard_deltas`` of the delta records written since (number
+  1, 2, ... -> record) and a value ``shard_tag`` naming the record and every delta: each
+  batch adds the record of the bundles it changed, and the whole record is written again
   (the deltas cleared) when ``shard_state.compaction_due`` says the deltas have grown to the
-  record's size, for a new shard, or when bundles expired. Why deltas: with a million bundles
-  each batch changes about a sixth of every shard, and storing and shipping every whole shard
-  in every batch was most of a batch's time. State is keyed by bundle, not by broker, so it
-  survives an ownership change.
+  record's size, for a new shard, or when bundles expired. Why a map and not a list: a
+  worker that missed a delta reads that entry alone, where a list is read whole (the state
+  server copies every value it returns byte by byte, and at a million bundles the list of a
+  shard is megabytes). A store written by the layout before keeps its deltas in the list
+  state ``shard_delta``, read once and replaced by the shard's next whole record. Why deltas:
+  with a million bundles each batch changes about a sixth of every shard, and storing and
+  shipping every whole shard in every batch was most of a batch's time. State is keyed by
+  bundle, not by broker, so it survives an ownership change.
   A bundle with no sample for ``bundle_ttl_ms`` of event time (measured against the newest
   sample of its shard) is dropped: that is how the parent of a split or the halves of a merge
   leave the state, since their names stop appearing in reports. (The decision stage leaves out
@@ -76,7 +81,10 @@ from streaming.schema import (
 from streaming.shard_state import ShardState, compaction_due, unpack_samples
 
 SHARD_STATE_SCHEMA = "blob binary"
-SHARD_DELTA_SCHEMA = "blob binary, tag string"  # a delta record and the shard's tag after it
+SHARD_DELTAS_KEY_SCHEMA = "k int"  # the delta's number after the whole record, from 1
+SHARD_DELTAS_SCHEMA = "blob binary"
+SHARD_DELTA_SCHEMA = "blob binary, tag string"  # an older layout's list of deltas (read only)
+_TAG_LAYOUT = "m"  # tags of the map layout start with it (``_tag``)
 SHARD_TAG_SCHEMA = "tag string"
 
 _SHARD_CACHE: dict[str, tuple[str, ShardState]] = {}
@@ -84,10 +92,12 @@ _SHARD_CACHE: dict[str, tuple[str, ShardState]] = {}
 
 Why: reading a shard's whole record and its deltas back from the state server is a copy of
 hundreds of KB or more, once per shard per batch, and Spark reuses the Python worker across
-micro-batches. The store keeps, beside each shard, a small value ``shard_tag`` (a fresh uuid
-per write); a cached state is used only when its tag equals the stored one, so a batch that
-failed or was replayed (the store rolled back to an older tag), another worker having written
-the shard, or a restarted worker all read the store. An entry is taken out of the cache before
+micro-batches. The store keeps, beside each shard, a small value ``shard_tag`` (the ids of the
+whole record and of each delta since, a fresh id per write; ``_tag``); a cached state is
+used only when its tag equals the stored one, or is caught up with the deltas the stored tag
+lists after its own, so a batch that failed or was replayed (the store rolled back to an older
+tag), another worker having written a new whole record, or a restarted worker all read the
+store. An entry is taken out of the cache before
 its state is changed and put back only after the state is written, so the cache never holds a
 state the store may not have."""
 BROKER_STATE_SCHEMA = (
@@ -107,6 +117,9 @@ class LoadStateProcessor(StatefulProcessor):
         self.handle = handle
         self.shard = handle.getValueState("shard", SHARD_STATE_SCHEMA)
         self.shard_tag = handle.getValueState("shard_tag", SHARD_TAG_SCHEMA)
+        self.shard_deltas = handle.getMapState(
+            "shard_deltas", SHARD_DELTAS_KEY_SCHEMA, SHARD_DELTAS_SCHEMA
+        )
         self.shard_delta = handle.getListState("shard_delta", SHARD_DELTA_SCHEMA)
         self.broker = handle.getValueState("broker", BROKER_STATE_SCHEMA)
 
@@ -177,9 +190,13 @@ class LoadStateProcessor(StatefulProcessor):
         self, key_name: str, state: ShardState, touched: np.ndarray, dropped: list[str]
     ) -> tuple[str, str, bytes]:
         """Store the changed shard: (output kind, its field name, the record stored)."""
+        if _tag_parts(state.tag) is None:
+            # read from an older layout (or new): its deltas, if any, are in the list state,
+            # and the whole record written below replaces them
+            self.shard_delta.clear()
         if not len(state):
             self.shard.clear()
-            self.shard_delta.clear()
+            self.shard_deltas.clear()
             self.shard_tag.clear()
             kind, name, record = SHARD, key_name, state.to_bytes()
         elif (
@@ -193,23 +210,25 @@ class LoadStateProcessor(StatefulProcessor):
             )
         ):
             # the whole record, and no deltas: a new shard, expired bundles (a delta cannot
-            # remove one), or deltas as large as the record
+            # remove one), deltas as large as the record, or a shard of an older layout
             record = state.to_bytes()
             state.stored, state.deltas, state.delta_rows = True, 0, 0
             state.base_id = uuid.uuid4().hex
-            state.tag = _tag(state.base_id, 0, state.base_id)
+            state.tag = _tag(state.base_id, [])
             self.shard.update((record,))
-            self.shard_delta.clear()
+            self.shard_deltas.clear()
             self.shard_tag.update((state.tag,))
             kind, name = SHARD, key_name
         else:
             # only the rows this batch changed: the state store and the driver get a sixth of
             # the shard when a batch holds a sixth of the brokers' reports
+            parts = _tag_parts(state.tag)
+            assert parts is not None  # a stored record of this layout
             record = state.delta_bytes(touched)
             state.deltas += 1
             state.delta_rows += len(touched)
-            state.tag = _tag(state.base_id, state.deltas, uuid.uuid4().hex)
-            self.shard_delta.appendValue((record, state.tag))
+            state.tag = _tag(state.base_id, [*parts[1], uuid.uuid4().hex[:16]])
+            self.shard_deltas.updateValue((state.deltas,), (record,))
             self.shard_tag.update((state.tag,))
             kind, name = SHARD_DELTA, delta_key(key_name, state.deltas)
         return kind, name, record
@@ -217,8 +236,8 @@ class LoadStateProcessor(StatefulProcessor):
     def _load_shard(self, key_name: str) -> tuple[ShardState, str | None]:
         """The shard's state and the stored tag: this worker's cached copy when its tag is the
         stored one; the cached copy brought up to date with the deltas written since by another
-        worker (same whole record, and the delta it stopped at is in the store's list); else
-        the stored record with its deltas applied."""
+        worker (same whole record, and the tag's history continues the copy's); else the stored
+        record with its deltas applied."""
         cached = _SHARD_CACHE.pop(key_name, None)
         stored_tag = self.shard_tag.get()
         tag = stored_tag[0] if stored_tag is not None else None
@@ -232,13 +251,25 @@ class LoadStateProcessor(StatefulProcessor):
                 return state, tag
         clock = stage_timing.Clock()
         stored = self.shard.get()
-        if stored:
-            entries = list(self.shard_delta.get())
-            state = ShardState.from_bytes(bytes(stored[0]), [bytes(e[0]) for e in entries])
-            state.tag = tag or ""
-            state.base_id = _tag_parts(state.tag)[0]
-        else:
+        parts = _tag_parts(tag or "")
+        if not stored:
             state = ShardState()
+        elif parts is None:
+            # written by an older layout, whose deltas are a list: read them once; the next
+            # change writes the whole record in this layout (``_store``)
+            entries = [bytes(e[0]) for e in self.shard_delta.get()]
+            state = ShardState.from_bytes(bytes(stored[0]), entries)
+            state.stored = False
+            state.tag = tag or ""
+        else:
+            deltas = sorted((int(k[0]), bytes(v[0])) for k, v in self.shard_deltas.iterator())
+            if [k for k, _ in deltas] != list(range(1, len(parts[1]) + 1)):
+                raise RuntimeError(
+                    f"state of {key_name}: tag names {len(parts[1])} delta records, the store "
+                    f"holds {[k for k, _ in deltas]}"
+                )
+            state = ShardState.from_bytes(bytes(stored[0]), [d for _, d in deltas])
+            state.tag, state.base_id = tag or "", parts[0]
         clock.record("state.blob_read", 1)  # a cache miss (part of state.shard)
         return state, tag
 
@@ -249,17 +280,24 @@ class LoadStateProcessor(StatefulProcessor):
 
         Why: Spark hands a shard's partition to whichever of its pooled Python workers is free,
         so with two workers about half of the batches find the cached copy one or two batches
-        old; reading the deltas since costs a fraction of reading the whole record."""
-        base, k, _ = _tag_parts(tag)
-        if base != state.base_id or not base or k < state.deltas:
+        old. The tag lists the id of every delta since the whole record, so whether the store
+        continues the copy's history is known from the tag alone, and only the deltas the copy
+        lacks are read, each by its number: what crosses from the state server is what the
+        other worker wrote, not the whole list."""
+        parts, mine = _tag_parts(tag), _tag_parts(state.tag)
+        if parts is None or mine is None:
             return None
-        entries = list(self.shard_delta.get())
-        if len(entries) != k or (state.deltas and entries[state.deltas - 1][1] != state.tag):
+        (base, chain), (my_base, my_chain) = parts, mine
+        have = len(my_chain)
+        if base != my_base or have != state.deltas or chain[:have] != my_chain:
             return None
-        for record, entry_tag in entries[state.deltas :]:
-            state.add_delta(bytes(record))
-            state.tag = entry_tag
-        return state if state.tag == tag else None
+        for k in range(have + 1, len(chain) + 1):
+            got = self.shard_deltas.getValue((k,))
+            if got is None:
+                return None
+            state.add_delta(bytes(got[0]))
+        state.tag = tag
+        return state
 
     def _reports(self, broker: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         prev = self.broker.get()
@@ -334,18 +372,22 @@ def with_batch_issues(payloads: list[bytes]) -> str:
     return json.dumps(doc)
 
 
-def _tag(base_id: str, deltas: int, unique: str) -> str:
-    """A shard's stored tag: its whole record's id, its deltas since, and a fresh id (so a tag
-    names one write, even of a batch replayed after the store rolled back)."""
-    return f"{base_id}:{deltas}:{unique}"
+def _tag(base_id: str, deltas: list[str]) -> str:
+    """A shard's stored tag: its whole record's id and the id of every delta record written
+    after it, in order (each write adds a fresh id, so a tag names one write and its history,
+    even of a batch replayed after the store rolled back)."""
+    return f"{_TAG_LAYOUT}:{base_id}:{len(deltas)}:{'.'.join(deltas)}"
 
 
-def _tag_parts(tag: str) -> tuple[str, int, str]:
-    """(whole record's id, deltas, unique id) of a tag; ("", 0, tag) for any other string."""
+def _tag_parts(tag: str) -> tuple[str, list[str]] | None:
+    """(whole record's id, ids of the deltas after it) of a tag of this layout (deltas in the
+    map state ``shard_deltas``); None for any other string: a tag of an older layout, whose
+    deltas are in the list state ``shard_delta``, or none."""
     parts = tag.split(":")
-    if len(parts) != 3 or not parts[1].isdigit():
-        return "", 0, tag
-    return parts[0], int(parts[1]), parts[2]
+    if len(parts) != 4 or parts[0] != _TAG_LAYOUT or not parts[2].isdigit():
+        return None
+    deltas = parts[3].split(".") if parts[3] else []
+    return (parts[1], deltas) if len(deltas) == int(parts[2]) else None
 
 
 def broker_row(

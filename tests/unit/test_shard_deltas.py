@@ -107,7 +107,7 @@ def test_store_view_and_snapshot_rebuild_the_state_steps_shards_bit_for_bit():
             assert handles[k].stored().to_bytes() == want, f"store, batch {batch}"
             assert encode_bundle_shard(merged[k]) == want, f"snapshot, batch {batch}"
             assert seeded._made[k].state.to_bytes() == want, f"seeded view, batch {batch}"
-            assert len(handles[k].lists["shard_delta"].items) <= MAX_DELTAS
+            assert len(handles[k].deltas) <= MAX_DELTAS
         view._decode_all(view._records())
         for k in keys:
             made = view._made[k]
@@ -140,7 +140,7 @@ def test_a_batch_that_expires_bundles_writes_the_whole_record():
     third = list(proc.handleInputRows(("s:2",), iter([_batch("s:2", rng, names[:2], late)]), None))
     assert third[0]["kind"].iloc[0] == SHARD
     assert decode_bundle_shard(bytes(third[0]["payload"].iloc[0])).names == names[:2]
-    assert handle.lists["shard_delta"].items == []
+    assert handle.deltas == []
 
 
 def test_shards_write_their_whole_records_in_different_batches():

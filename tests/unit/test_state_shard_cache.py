@@ -50,10 +50,31 @@ class FakeList:
         self.items = []
 
 
+class FakeMap:
+    def __init__(self) -> None:
+        self.items: dict[tuple, tuple] = {}
+        self.reads = 0  # values handed out (each a copy across the state server)
+
+    def getValue(self, key: tuple) -> tuple | None:
+        self.reads += key in self.items
+        return self.items.get(key)
+
+    def updateValue(self, key: tuple, value: tuple) -> None:
+        self.items[key] = value
+
+    def iterator(self):
+        self.reads += len(self.items)
+        return iter(list(self.items.items()))
+
+    def clear(self) -> None:
+        self.items = {}
+
+
 class FakeHandle:
     def __init__(self) -> None:
         self.values: dict[str, FakeValue] = {}
         self.lists: dict[str, FakeList] = {}
+        self.maps: dict[str, FakeMap] = {}
 
     def getValueState(self, name: str, _schema: str) -> FakeValue:
         return self.values.setdefault(name, FakeValue())
@@ -61,22 +82,30 @@ class FakeHandle:
     def getListState(self, name: str, _schema: str) -> FakeList:
         return self.lists.setdefault(name, FakeList())
 
+    def getMapState(self, name: str, _key_schema: str, _schema: str) -> FakeMap:
+        return self.maps.setdefault(name, FakeMap())
+
+    @property
+    def deltas(self) -> list[bytes]:
+        """The stored delta records, in order."""
+        return [v[0] for _k, v in sorted(self.maps["shard_deltas"].items.items())]
+
     def stored(self) -> ShardState:
         """The shard as the store holds it: the whole record with its deltas applied."""
         base = self.values["shard"].value
         assert base is not None
-        return ShardState.from_bytes(base[0], [d[0] for d in self.lists["shard_delta"].items])
+        return ShardState.from_bytes(base[0], self.deltas)
 
     def commit_point(self) -> tuple:
         return (
             self.values["shard"].value,
             self.values["shard_tag"].value,
-            list(self.lists["shard_delta"].items),
+            dict(self.maps["shard_deltas"].items),
         )
 
     def roll_back(self, point: tuple) -> None:
         self.values["shard"].value, self.values["shard_tag"].value = point[0], point[1]
-        self.lists["shard_delta"].items = list(point[2])
+        self.maps["shard_deltas"].items = dict(point[2])
 
 
 def _samples(rate: float, event_ms: int, names: list[str] = NAMES) -> pd.DataFrame:
@@ -216,7 +245,7 @@ def test_a_cached_copy_off_the_stores_history_is_not_caught_up_by_later_deltas()
     handle.roll_back(point)
     _as_worker(b, proc, 25.0, 2_000, many[:4])  # the replay by another worker: another delta
     _as_worker(b, proc, 27.0, 2_500, many[4:8])  # and one more after it
-    assert len(handle.lists["shard_delta"].items) == 2
+    assert len(handle.deltas) == 2
     reads = handle.values["shard"].gets
     got = _as_worker(a, proc, 30.0, 3_000, many[8:12])
     assert handle.values["shard"].gets == reads + 1, "a copy off the store's history was used"
@@ -233,30 +262,52 @@ def test_a_cached_copy_of_an_older_whole_record_is_not_caught_up():
     late = 1_000 + 3_600_000 + 1
     _as_worker(b, proc, 20.0, late, many[:4])  # the rest expires: a new whole record
     _as_worker(b, proc, 30.0, late + 1, many[:2])  # and a delta on it
-    assert len(handle.lists["shard_delta"].items) == 1
+    assert len(handle.deltas) == 1
     reads = handle.values["shard"].gets
     got = _as_worker(a, proc, 40.0, late + 2, many[2:4])
     assert handle.values["shard"].gets == reads + 1, "deltas of another record were applied"
     assert got.names == many[:4]
 
 
-def test_a_store_written_before_delta_records_is_read_and_continued():
-    """A checkpoint from before delta records holds the whole record and a plain tag, and no
-    list: the step reads it, appends deltas after it, and a worker without the cache reads the
-    record and those deltas back."""
+def _old_store(handle: FakeHandle, layout: str) -> tuple[list[str], ShardState]:
+    """A store as an older layout left it: ``plain``, before delta records (the whole record
+    and a plain uuid tag); ``list``, deltas in the list state ``shard_delta`` (tags
+    ``<record id>:<deltas>:<uuid>``). Returns the bundle names and the state it holds."""
     many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
     old = ShardState()
     old.apply(many, np.full((40, 4), 5.0), np.ones((40, 3), dtype=np.int64), ["b0"] * 40,
               np.full(40, 500))  # fmt: skip
+    handle.values["shard"].value = (old.to_bytes(),)
+    if layout == "plain":
+        handle.values["shard_tag"].value = ("0123456789abcdef0123456789abcdef",)
+        return many, old
+    base = "0123456789abcdef0123456789abcdef"
+    for k, part in ((1, many[:3]), (2, many[2:6])):
+        old.apply(part, np.full((len(part), 4), 7.0 * k),
+                  np.ones((len(part), 3), dtype=np.int64), ["b2"] * len(part),
+                  np.full(len(part), 600 + k))  # fmt: skip
+        tag = f"{base}:{k}:{k:032x}"
+        handle.lists["shard_delta"].items.append(
+            (old.delta_bytes(np.array([many.index(n) for n in part])), tag)
+        )
+    handle.values["shard_tag"].value = (tag,)
+    return many, old
+
+
+@pytest.mark.parametrize("layout", ["plain", "list"])
+def test_a_store_of_an_older_layout_is_read_and_continued_in_this_one(layout):
+    """The step reads the older store (record and listed deltas), writes its first change as a
+    whole record of this layout (the list cleared), then deltas in the map; a worker without
+    the cache reads that back, and the averages are those of every sample in order."""
     handle = FakeHandle()
     proc = _processor(handle)
-    handle.values["shard"].value = (old.to_bytes(),)
-    handle.values["shard_tag"].value = ("0123456789abcdef0123456789abcdef",)  # a plain uuid
+    many, old = _old_store(handle, layout)
     a: dict = {}
     b: dict = {}
     _as_worker(a, proc, 10.0, 1_000, many[:4])
+    assert handle.lists["shard_delta"].items == [] and handle.deltas == []
     _as_worker(a, proc, 20.0, 2_000, many[4:8])
-    assert len(handle.lists["shard_delta"].items) == 2  # deltas after the old record
+    assert len(handle.deltas) == 1  # a delta after the new whole record
     got = _as_worker(b, proc, 30.0, 3_000, many[:2])
     want = old.copy()
     for rate, t, part in (
@@ -268,3 +319,32 @@ def test_a_store_written_before_delta_records_is_read_and_continued():
                    ["b1"] * len(part), np.full(len(part), t))  # fmt: skip
     assert got.to_bytes() == want.to_bytes()
     assert handle.stored().to_bytes() == want.to_bytes()
+
+
+def test_a_worker_reads_only_the_deltas_it_missed():
+    """Catching up reads the entries after the cached copy's, by number; the tag alone says
+    whether the store's history continues the copy."""
+    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
+    handle = FakeHandle()
+    proc = _processor(handle)
+    a: dict = {}
+    b: dict = {}
+    _as_worker(a, proc, 10.0, 1_000, many)
+    for k in range(4):  # four deltas written by a
+        _as_worker(a, proc, 11.0 + k, 1_100 + k, many[k : k + 2])
+    _as_worker(b, proc, 20.0, 2_000, many[10:12])  # b reads the store: a sixth delta
+    deltas = handle.maps["shard_deltas"]
+    reads = deltas.reads
+    _as_worker(a, proc, 30.0, 3_000, many[12:14])  # a is one delta behind
+    assert deltas.reads == reads + 1, "a caught-up worker read more than the delta it missed"
+    assert len(handle.deltas) == 6
+    straight = FakeHandle()
+    proc2 = _processor(straight)
+    state_mod._SHARD_CACHE.clear()
+    for rate, t, part in (
+        [(10.0, 1_000, many)]
+        + [(11.0 + k, 1_100 + k, many[k : k + 2]) for k in range(4)]
+        + [(20.0, 2_000, many[10:12]), (30.0, 3_000, many[12:14])]
+    ):
+        expected = _run(proc2, rate, t, part)
+    assert a["s:0"][1].to_bytes() == expected.to_bytes()
