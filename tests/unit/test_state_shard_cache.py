@@ -13,7 +13,7 @@ import pytest
 from streaming import state as state_mod
 from streaming.schema import PARSED_FIELDS, SAMPLES, frame
 from streaming.shard_state import ShardState, pack_samples
-from streaming.state import LoadStateProcessor
+from streaming.state import LoadStateProcessor, _bytes
 
 NAMES = ["t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff"]
 
@@ -88,23 +88,23 @@ class FakeHandle:
     @property
     def deltas(self) -> list[bytes]:
         """The stored delta records, in order."""
-        return [v[0] for _k, v in sorted(self.maps["shard_deltas"].items.items())]
+        return [_bytes(v[0]) for _k, v in sorted(self.maps["shard_deltas"].items.items())]
 
     def stored(self) -> ShardState:
         """The shard as the store holds it: the whole record with its deltas applied."""
-        base = self.values["shard"].value
+        base = self.values["shard_text"].value
         assert base is not None
-        return ShardState.from_bytes(base[0], self.deltas)
+        return ShardState.from_bytes(_bytes(base[0]), self.deltas)
 
     def commit_point(self) -> tuple:
         return (
-            self.values["shard"].value,
+            self.values["shard_text"].value,
             self.values["shard_tag"].value,
             dict(self.maps["shard_deltas"].items),
         )
 
     def roll_back(self, point: tuple) -> None:
-        self.values["shard"].value, self.values["shard_tag"].value = point[0], point[1]
+        self.values["shard_text"].value, self.values["shard_tag"].value = point[0], point[1]
         self.maps["shard_deltas"].items = dict(point[2])
 
 
@@ -146,7 +146,7 @@ def test_a_cached_shard_skips_the_blob_read_and_gives_the_same_averages():
     handle = FakeHandle()
     proc = _processor(handle)
     _run(proc, 10.0, 1_000)
-    blob = handle.values["shard"]
+    blob = handle.values["shard_text"]
     reads = blob.gets
     cached = _run(proc, 20.0, 2_000)
     assert blob.gets == reads, "the blob was read although the tag matched"
@@ -156,7 +156,7 @@ def test_a_cached_shard_skips_the_blob_read_and_gives_the_same_averages():
     _run(proc2, 10.0, 1_000)
     state_mod._SHARD_CACHE.clear()
     fresh = _run(proc2, 20.0, 2_000)
-    assert other.values["shard"].gets > 0
+    assert other.values["shard_text"].gets > 0
     assert cached.to_bytes() == fresh.to_bytes()
 
 
@@ -167,9 +167,9 @@ def test_a_store_rolled_back_to_an_older_tag_is_read_not_the_cache():
     committed = handle.commit_point()
     _run(proc, 20.0, 2_000)  # a batch whose state commit then fails: the store rolls back
     handle.roll_back(committed)
-    reads = handle.values["shard"].gets
+    reads = handle.values["shard_text"].gets
     replayed = _run(proc, 20.0, 2_000)
-    assert handle.values["shard"].gets == reads + 1, "the rolled-back blob must be read"
+    assert handle.values["shard_text"].gets == reads + 1, "the rolled-back blob must be read"
     assert replayed.short_n.tolist() == [2, 2], "one sample from the store plus the replay"
 
 
@@ -205,9 +205,9 @@ def test_a_worker_one_batch_behind_applies_the_deltas_since_instead_of_reading_t
     b: dict = {}
     _as_worker(a, proc, 10.0, 1_000)  # the whole record
     _as_worker(b, proc, 20.0, 2_000)  # b reads the store; a delta
-    reads = handle.values["shard"].gets
+    reads = handle.values["shard_text"].gets
     caught_up = _as_worker(a, proc, 30.0, 3_000)  # a is one delta behind
-    assert handle.values["shard"].gets == reads, "the whole record was read again"
+    assert handle.values["shard_text"].gets == reads, "the whole record was read again"
     straight = FakeHandle()
     proc2 = _processor(straight)
     for rate, t in ((10.0, 1_000), (20.0, 2_000), (30.0, 3_000)):
@@ -226,9 +226,9 @@ def test_a_cached_copy_the_store_rolled_back_past_is_not_caught_up():
     _as_worker(a, proc, 20.0, 2_000)  # a's copy holds this batch, whose commit then fails
     handle.roll_back(point)
     _as_worker(b, proc, 25.0, 2_000)  # the replay, by another worker, with other samples
-    reads = handle.values["shard"].gets
+    reads = handle.values["shard_text"].gets
     got = _as_worker(a, proc, 30.0, 3_000)
-    assert handle.values["shard"].gets == reads + 1, "a copy off the store's history was used"
+    assert handle.values["shard_text"].gets == reads + 1, "a copy off the store's history was used"
     assert got.short_n.tolist() == [3, 3]
     assert got.short_avg[0, 0] == pytest.approx((10.0 + 25.0 + 30.0) / 3)
 
@@ -246,9 +246,9 @@ def test_a_cached_copy_off_the_stores_history_is_not_caught_up_by_later_deltas()
     _as_worker(b, proc, 25.0, 2_000, many[:4])  # the replay by another worker: another delta
     _as_worker(b, proc, 27.0, 2_500, many[4:8])  # and one more after it
     assert len(handle.deltas) == 2
-    reads = handle.values["shard"].gets
+    reads = handle.values["shard_text"].gets
     got = _as_worker(a, proc, 30.0, 3_000, many[8:12])
-    assert handle.values["shard"].gets == reads + 1, "a copy off the store's history was used"
+    assert handle.values["shard_text"].gets == reads + 1, "a copy off the store's history was used"
     assert got.short_avg[0, 0] == pytest.approx(17.5)  # 10 then 25, never a's failed 20
 
 
@@ -263,9 +263,9 @@ def test_a_cached_copy_of_an_older_whole_record_is_not_caught_up():
     _as_worker(b, proc, 20.0, late, many[:4])  # the rest expires: a new whole record
     _as_worker(b, proc, 30.0, late + 1, many[:2])  # and a delta on it
     assert len(handle.deltas) == 1
-    reads = handle.values["shard"].gets
+    reads = handle.values["shard_text"].gets
     got = _as_worker(a, proc, 40.0, late + 2, many[2:4])
-    assert handle.values["shard"].gets == reads + 1, "deltas of another record were applied"
+    assert handle.values["shard_text"].gets == reads + 1, "deltas of another record were applied"
     assert got.names == many[:4]
 
 
@@ -296,8 +296,9 @@ def _old_store(handle: FakeHandle, layout: str) -> tuple[list[str], ShardState]:
 
 @pytest.mark.parametrize("layout", ["plain", "list"])
 def test_a_store_of_an_older_layout_is_read_and_continued_in_this_one(layout):
-    """The step reads the older store (record and listed deltas), writes its first change as a
-    whole record of this layout (the list cleared), then deltas in the map; a worker without
+    """The step reads the older store (binary record and listed deltas), writes its first
+    change as a whole record of this layout (text; the older values cleared), then deltas in
+    the map; a worker without
     the cache reads that back, and the averages are those of every sample in order."""
     handle = FakeHandle()
     proc = _processor(handle)
@@ -306,6 +307,7 @@ def test_a_store_of_an_older_layout_is_read_and_continued_in_this_one(layout):
     b: dict = {}
     _as_worker(a, proc, 10.0, 1_000, many[:4])
     assert handle.lists["shard_delta"].items == [] and handle.deltas == []
+    assert handle.values["shard"].value is None  # the binary record went with the list
     _as_worker(a, proc, 20.0, 2_000, many[4:8])
     assert len(handle.deltas) == 1  # a delta after the new whole record
     got = _as_worker(b, proc, 30.0, 3_000, many[:2])
