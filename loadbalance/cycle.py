@@ -41,7 +41,7 @@ from loadbalance.decisions import (
     UNLOAD,
     Decision,
     Skip,
-    make_decision,
+    transfer_of,
 )
 from loadbalance.merge_policy import find_bundles_to_merge
 from loadbalance.placement.pipeline import BrokerSelector, PlacementState
@@ -288,17 +288,5 @@ def _place(
             continue
         inputs = dict(d.inputs)
         inputs["placementStrategy"] = config.placement_strategy_name
-        out.append(
-            make_decision(
-                cycle=cycle,
-                kind=TRANSFER,
-                bundle=d.bundle,
-                source_broker=d.source_broker,
-                destination_broker=dest,
-                reason=d.reason,
-                strategy=d.strategy,
-                inputs=inputs,
-                decided_at_ms=d.decided_at_ms,
-            )
-        )
+        out.append(transfer_of(d, cycle=cycle, destination=dest, inputs=inputs))
     return out, selector.strategy_state

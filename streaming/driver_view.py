@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -228,10 +229,7 @@ class _BundleData(Mapping[str, BundleData]):
         a shedding broker and would otherwise make a value for each."""
         first, second = (2, 3) if by_msg_rate else (0, 1)  # STAT_COLUMNS: rates after throughputs
         # one lookup per name and two gathers (the columns' first four are the short-term)
-        outside, get = self._outside, self._rows.get
-        rows = np.fromiter(
-            (-1 if n in outside else get(n, -1) for n in names), np.int64, len(names)
-        )
+        rows = self._rows_of(names)
         values = self._columns.values
         found = rows >= 0
         picked = rows[found]
@@ -240,6 +238,22 @@ class _BundleData(Mapping[str, BundleData]):
         for pos, total in zip(np.flatnonzero(found).tolist(), totals, strict=True):
             out[pos] = total
         return out
+
+    def _rows_of(self, names: list[str]) -> np.ndarray:
+        """Each name's row in the view's columns, -1 for a name without data or left out.
+
+        One C-level lookup of every name (``itemgetter``) in the usual case, a bundle list with
+        every name known and none left out; else one by one."""
+        outside, rows = self._outside, self._rows
+        if len(names) > 1 and (not outside or outside.isdisjoint(names)):
+            try:
+                return np.array(itemgetter(*names)(rows), dtype=np.int64)
+            except KeyError:
+                pass
+        get = rows.get
+        return np.fromiter(
+            (-1 if n in outside else get(n, -1) for n in names), np.int64, len(names)
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._where and name not in self._outside

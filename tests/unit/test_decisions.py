@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 
 import pytest
@@ -16,9 +17,12 @@ from loadbalance.decisions import (
     TRANSFER,
     UNLOAD,
     Decision,
+    decision_id,
+    decision_to_dict,
     decode_decision,
     encode_decision,
     make_decision,
+    transfer_of,
 )
 from loadbalance.errors import InvalidDecision, InvalidInput
 
@@ -262,3 +266,49 @@ def test_a_list_or_object_in_a_scalar_field_is_refused_naming_that_field(
     with pytest.raises(InvalidDecision) as e:
         decode_decision(json.dumps(doc).encode())
     assert e.value.field == key, (key, str(e.value))
+
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), _text,
+                    st.floats(allow_nan=True, allow_infinity=True))  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lower=st.integers(0, 0xFFFFFFFE),
+    width=st.integers(1, 0xFFFFFFFF),
+    namespace=st.sampled_from(["t/ns", "pulsar/system", "a-b/c_d.e=f:g"]),
+    cycle=_text,
+    source=st.one_of(st.none(), _text),
+    dest=_text,
+    reason=_text,
+    inputs=st.dictionaries(_text, _scalar, max_size=4),
+    at=st.integers(0, 2**62),
+)
+def test_a_transfer_of_an_unload_is_the_transfer_make_decision_gives(
+    lower, width, namespace, cycle, source, dest, reason, inputs, at
+):
+    bundle = f"{namespace}/0x{lower:08x}_0x{min(lower + width, 0xFFFFFFFF):08x}"
+    unload = make_decision(cycle=cycle, kind=UNLOAD, bundle=bundle, source_broker=source,
+                           reason=reason, strategy="ThresholdShedder", inputs={"x": 1.0},
+                           decided_at_ms=at)  # fmt: skip
+    want = make_decision(cycle=cycle, kind=TRANSFER, bundle=unload.bundle, source_broker=source,
+                         destination_broker=dest, reason=reason, strategy="ThresholdShedder",
+                         inputs=inputs, decided_at_ms=at)  # fmt: skip
+    got = transfer_of(unload, cycle=cycle, destination=dest, inputs=inputs)
+    assert got == want
+    assert encode_decision(got) == encode_decision(want)
+
+
+def test_ids_and_documents_are_the_json_module_defaults_text():
+    """The kept encoders give what ``json.dumps`` gives with the same arguments (ids and
+    documents are compared across versions)."""
+    d = _split()
+    key = ["7", "split", B, "b1", None, [0x40000000], None]
+    text = json.dumps(key, separators=(",", ":"))
+    assert (
+        decision_id("7", SPLIT, B, "b1", None, (0x40000000,))
+        == (hashlib.sha256(text.encode()).hexdigest()[:32])
+    )
+    want = json.dumps(decision_to_dict(d), separators=(",", ":"), sort_keys=True).encode()
+    assert encode_decision(d) == want

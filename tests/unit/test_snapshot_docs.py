@@ -315,6 +315,12 @@ def test_short_term_totals_are_the_sums_of_the_made_values_and_shedding_ranks_th
         slow = sheddable_bundles(plain, plain.brokers["b0"], by_msg_rate=by_rate)
         assert [(b, repr(v)) for b, v in fast] == [(b, repr(v)) for b, v in slow]  # NaN too
     assert data.short_term_totals([names[0], unknown[0]], False) == [None, None]
+    # every name known, the split parent left out: the same as with an unknown name beside
+    known = [names[0], *names[2:9]]
+    assert repr(data.short_term_totals(known, False)) == repr(
+        data.short_term_totals([*known, unknown[0]], False)[:-1]
+    )
+    assert data.short_term_totals(known, False)[0] is None
 
 
 def replace_data(view, data):
