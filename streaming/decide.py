@@ -51,6 +51,7 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -196,13 +197,15 @@ class StreamMetrics:
     def decisions(self, decisions: Iterable[Decision], result: CycleResult | None) -> None:
         """Decisions by kind and reason, and Pulsar's unload/split counters and breakdowns."""
         unloads, splits = [], []
+        published: Counter[tuple[str, str]] = Counter()  # one increment per label set
         for d in decisions:
-            reason = d.reason or DecisionReason.UNKNOWN
-            metrics.DECISIONS_PUBLISHED.labels(kind=d.kind, reason=reason).inc()
+            published[d.kind, d.reason or DecisionReason.UNKNOWN] += 1
             if d.kind in (UNLOAD, TRANSFER):
                 unloads.append((d.source_broker or "", d.reason))
             elif d.kind == SPLIT:
                 splits.append(d.reason)
+        for (kind, reason), n in published.items():
+            metrics.DECISIONS_PUBLISHED.labels(kind=kind, reason=reason).inc(n)
         metrics.record_unloads(unloads)
         metrics.record_splits(splits)
         if result is not None and result.shedding_ran and not unloads:
