@@ -10,8 +10,12 @@ view from those. This script builds that driver state from the same seeded synth
 * **view, cold**: the first ``cluster_view`` (decode every blob, index every bundle, name every
   namespace's bundles);
 * **view, warm**: the next one, nothing changed (a cycle after quiet batches);
-* **step**: ``cycle.step`` over that view for the default pair, then two consecutive cycles for
-  each other pair of ``bench_cycle.SHEDDERS``.
+* **step**: ``cycle.step`` over that view for the default pair (and the CPU of encoding its
+  decisions, as the decision stage publishes them), then two consecutive cycles for each other
+  pair of ``bench_cycle.SHEDDERS``.
+
+``--stream-shape`` makes the brokers as ``bench_stream.py`` does (random CPU per broker), so
+the default pair moves thousands of bundles per cycle, as in the streaming job's benchmark.
 
 It prints a digest of each pair's decisions (SHA-256 of ``decision_to_dict``), so two versions
 of the driver can be compared for the same decisions: run it from two checkouts (``--root``).
@@ -40,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(__file__).resolve().parents[1],
         help="the checkout whose driver to time (default: this one)",
     )
+    ap.add_argument(
+        "--stream-shape",
+        action="store_true",
+        help="brokers as bench_stream.py makes them: each bundle 1-200 msg/s of 1,000 bytes, "
+        "each broker's CPU drawn from 20-90 %% (ThresholdShedder then moves thousands of "
+        "bundles per cycle)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(args.root))
 
@@ -48,12 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.bench_cycle import SHEDDERS, namespaces_for, synthetic_reports
     from loadbalance.config import LoadBalancerConfig
     from loadbalance.cycle import CycleState, step
-    from loadbalance.decisions import decision_to_dict
+    from loadbalance.decisions import decision_to_dict, encode_decision
     from streaming.driver_view import DriverView, gc_paused
     from streaming.shard_state import ShardState, shard_of
 
     now = 600_000
-    reports = synthetic_reports(args.bundles, args.brokers, 1, now)
+    if args.stream_shape:
+        reports = stream_shaped_reports(args.bundles, args.brokers, 1, now)
+    else:
+        reports = synthetic_reports(args.bundles, args.brokers, 1, now)
     per: dict[int, tuple[list, list, list, list]] = {}
     for broker in sorted(reports):
         for name, s in reports[broker].last_stats.items():
@@ -108,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.bundles:,} bundles on {args.brokers} brokers, {len(blobs)} shards; CPU ms")
     default = LoadBalancerConfig()
     view_ms, step_ms, decisions = cycle(default, 1)
+    t0 = time.process_time()
+    for d in decisions:
+        encode_decision(d)
+    encode_ms = (time.process_time() - t0) * 1000
     print(f"default pair: view cold {view_ms:,.0f}, step {step_ms:,.0f}, "
-          f"{len(decisions)} decisions {digest(decisions)}")  # fmt: skip
+          f"{len(decisions)} decisions {digest(decisions)}, "
+          f"encoding them {encode_ms:,.0f}")  # fmt: skip
     view_ms, step_ms, _ = cycle(default, 1)
     print(f"default pair: view warm {view_ms:,.0f}, step {step_ms:,.0f}")
     for name, (shedder, placement) in SHEDDERS.items():
@@ -120,6 +139,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: view warm {view_ms:,.0f}, two steps {step_ms:,.0f}, "
               f"{len(decisions)} decisions {digest(decisions)}")  # fmt: skip
     return 0
+
+
+def stream_shaped_reports(n_bundles: int, n_brokers: int, seed: int, now_ms: int) -> dict:
+    """Reports shaped like ``bench_stream.make_reports``'s (seeded): each broker owns a block of
+    the bundles, each bundle 1-200 msg/s in and out of 1,000 bytes, the broker's CPU 20-90 %."""
+    import random
+
+    from benchmarks.bench_cycle import namespaces_for
+    from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+
+    rng = random.Random(seed)
+    names = [b for ns in namespaces_for(n_bundles).values() for b in ns.bundle_names]
+    per = -(-len(names) // n_brokers)
+    out = {}
+    for k in range(n_brokers):
+        stats = {}
+        for name in names[k * per : (k + 1) * per]:
+            rate = rng.uniform(1, 200)
+            stats[name] = NamespaceBundleStats(rate, rate, rate * 1000, rate * 1000, 3, 2, 2)
+        broker = f"broker-{k:03d}"
+        out[broker] = LocalBrokerData(
+            broker=broker,
+            cpu=ResourceUsage(rng.uniform(20, 90), 100.0),
+            memory=ResourceUsage(2000.0, 8000.0),
+            bandwidth_in=ResourceUsage(rng.uniform(100, 900), 1000.0),
+            bandwidth_out=ResourceUsage(rng.uniform(100, 900), 1000.0),
+            msg_rate_in=sum(s.msg_rate_in for s in stats.values()),
+            msg_rate_out=sum(s.msg_rate_out for s in stats.values()),
+            msg_throughput_in=sum(s.msg_throughput_in for s in stats.values()),
+            msg_throughput_out=sum(s.msg_throughput_out for s in stats.values()),
+            num_topics=3 * len(stats),
+            num_bundles=len(stats),
+            bundles=frozenset(stats),
+            last_stats=stats,
+            last_update_ms=now_ms,
+        )
+    return out
 
 
 if __name__ == "__main__":
