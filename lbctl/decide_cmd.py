@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         # the snapshot.
         load_from_args(args, quiet=True)
     except ConfigError as e:
-        print(f"lbctl decide: {_one_line(str(e))}", file=sys.stderr)
+        print(_one_line(f"lbctl decide: {e}"), file=sys.stderr)
         return 2
     # The snapshot's own config overrides sit below the command line's --set values.
     merged = argparse.Namespace(**vars(args))
@@ -134,13 +134,13 @@ MAX_ERROR_CHARS = 1000
 
 
 def _one_line(text: str) -> str:
-    """Whitespace folded and length bounded: the error is one readable line, whatever the
-    input held (a knob value is echoed in its error)."""
+    """Whitespace folded and length bounded (the whole line, prefix included): the error is
+    one readable line, whatever the input held (a knob value is echoed in its error)."""
     line = " ".join(text.split())
     return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
 
 
 def _invalid(e: InvalidInput) -> int:
     """A refused snapshot: one line naming the JSON path, exit code 2."""
-    print(f"lbctl decide: invalid snapshot: {_one_line(str(e))}", file=sys.stderr)
+    print(_one_line(f"lbctl decide: invalid snapshot: {e}"), file=sys.stderr)
     return 2

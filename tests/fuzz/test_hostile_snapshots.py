@@ -246,6 +246,16 @@ def test_the_unmutated_base_decides(tmp_path: Path) -> None:
     assert {json.loads(line)["kind"] for line in out.splitlines()} >= {"split", "transfer"}
 
 
+def test_a_long_refused_knob_value_still_gives_one_bounded_line(tmp_path: Path) -> None:
+    """The refusal echoes the value; the whole line, prefix included, stays within 1,000."""
+    doc = copy.deepcopy(BASE)
+    doc["config"] = {"loadBalancerLoadSheddingStrategy": "x" * 5000}
+    raw = _encode(doc)
+    rc, out, err = run_decide(tmp_path / "s.json", raw, "--cycles", "2")
+    check_outcome(rc, out, err, raw)
+    assert rc == 2 and len(err.splitlines()[0]) == 1000
+
+
 @settings(
     max_examples=400,
     deadline=None,
