@@ -142,38 +142,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def stream_shaped_reports(n_bundles: int, n_brokers: int, seed: int, now_ms: int) -> dict:
-    """Reports shaped like ``bench_stream.make_reports``'s (seeded): each broker owns a block of
-    the bundles, each bundle 1-200 msg/s in and out of 1,000 bytes, the broker's CPU 20-90 %."""
+    """Reports of ``bench_stream.py``'s brokers (``broker_report``, seeded), each broker owning a
+    block of the bundles; loaded from this script's folder, so ``--root`` can be an older
+    checkout."""
+    import dataclasses
+    import importlib.util
     import random
 
     from benchmarks.bench_cycle import namespaces_for
-    from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 
+    spec = importlib.util.spec_from_file_location(
+        "_bench_stream", Path(__file__).with_name("bench_stream.py")
+    )
+    assert spec is not None and spec.loader is not None
+    bench_stream = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_stream)
     rng = random.Random(seed)
     names = [b for ns in namespaces_for(n_bundles).values() for b in ns.bundle_names]
     per = -(-len(names) // n_brokers)
     out = {}
     for k in range(n_brokers):
-        stats = {}
-        for name in names[k * per : (k + 1) * per]:
-            rate = rng.uniform(1, 200)
-            stats[name] = NamespaceBundleStats(rate, rate, rate * 1000, rate * 1000, 3, 2, 2)
-        broker = f"broker-{k:03d}"
-        out[broker] = LocalBrokerData(
-            broker=broker,
-            cpu=ResourceUsage(rng.uniform(20, 90), 100.0),
-            memory=ResourceUsage(2000.0, 8000.0),
-            bandwidth_in=ResourceUsage(rng.uniform(100, 900), 1000.0),
-            bandwidth_out=ResourceUsage(rng.uniform(100, 900), 1000.0),
-            msg_rate_in=sum(s.msg_rate_in for s in stats.values()),
-            msg_rate_out=sum(s.msg_rate_out for s in stats.values()),
-            msg_throughput_in=sum(s.msg_throughput_in for s in stats.values()),
-            msg_throughput_out=sum(s.msg_throughput_out for s in stats.values()),
-            num_topics=3 * len(stats),
-            num_bundles=len(stats),
-            bundles=frozenset(stats),
-            last_stats=stats,
-            last_update_ms=now_ms,
+        report = bench_stream.broker_report(rng, f"broker-{k:03d}", names[k * per : (k + 1) * per])
+        out[report.broker] = dataclasses.replace(
+            report, num_topics=3 * report.num_bundles, last_update_ms=now_ms
         )
     return out
 

@@ -63,29 +63,35 @@ def make_reports(brokers: int, bundles: int, seed: int) -> tuple[list[list[bytes
     out = []
     for b in range(brokers):
         own = names[b * bundles : (b + 1) * bundles]
-        variants = []
-        for _ in range(VARIANTS):
-            stats = {}
-            for n in own:
-                rate = rng.uniform(1, 200)
-                stats[n] = NamespaceBundleStats(rate, rate, rate * 1000, rate * 1000, 3, 2, 2)
-            report = LocalBrokerData(
-                broker=f"broker-{b}:8080",
-                cpu=ResourceUsage(rng.uniform(20, 90), 100.0),
-                memory=ResourceUsage(2000.0, 8000.0),
-                bandwidth_in=ResourceUsage(rng.uniform(100, 900), 1000.0),
-                bandwidth_out=ResourceUsage(rng.uniform(100, 900), 1000.0),
-                msg_rate_in=sum(s.msg_rate_in for s in stats.values()),
-                msg_rate_out=sum(s.msg_rate_out for s in stats.values()),
-                msg_throughput_in=sum(s.msg_throughput_in for s in stats.values()),
-                msg_throughput_out=sum(s.msg_throughput_out for s in stats.values()),
-                num_bundles=len(stats),
-                bundles=frozenset(stats),
-                last_stats=stats,
-            )
-            variants.append(encode_report(report))
+        variants = [
+            encode_report(broker_report(rng, f"broker-{b}:8080", own)) for _ in range(VARIANTS)
+        ]
         out.append(variants)
     return out, names[: brokers * bundles]
+
+
+def broker_report(rng: random.Random, broker: str, own: list[str]) -> LocalBrokerData:
+    """One report of the benchmark's brokers: each bundle 1-200 msg/s in and out of 1,000
+    bytes, the broker's CPU 20-90 % and bandwidth 10-90 %, all drawn anew (so ThresholdShedder
+    moves thousands of bundles per cycle at a million bundles)."""
+    stats = {}
+    for n in own:
+        rate = rng.uniform(1, 200)
+        stats[n] = NamespaceBundleStats(rate, rate, rate * 1000, rate * 1000, 3, 2, 2)
+    return LocalBrokerData(
+        broker=broker,
+        cpu=ResourceUsage(rng.uniform(20, 90), 100.0),
+        memory=ResourceUsage(2000.0, 8000.0),
+        bandwidth_in=ResourceUsage(rng.uniform(100, 900), 1000.0),
+        bandwidth_out=ResourceUsage(rng.uniform(100, 900), 1000.0),
+        msg_rate_in=sum(s.msg_rate_in for s in stats.values()),
+        msg_rate_out=sum(s.msg_rate_out for s in stats.values()),
+        msg_throughput_in=sum(s.msg_throughput_in for s in stats.values()),
+        msg_throughput_out=sum(s.msg_throughput_out for s in stats.values()),
+        num_bundles=len(stats),
+        bundles=frozenset(stats),
+        last_stats=stats,
+    )
 
 
 def producer(bootstrap: str):
