@@ -16,6 +16,7 @@ from streaming.shard_state import ShardState, pack_samples
 from streaming.state import LoadStateProcessor, _bytes
 
 NAMES = ["t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff"]
+MANY = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
 
 
 class FakeValue:
@@ -185,6 +186,12 @@ def test_the_cache_entry_leaves_before_the_state_changes():
     assert "s:0" not in state_mod._SHARD_CACHE
 
 
+def _two_workers() -> tuple[list[str], FakeHandle, LoadStateProcessor, dict, dict]:
+    """Forty bundles, one store, its processor, and the shard caches of two Python workers."""
+    handle = FakeHandle()
+    return MANY, handle, _processor(handle), {}, {}
+
+
 def _as_worker(
     cache: dict, proc: LoadStateProcessor, rate: float, event_ms: int, names: list[str] = NAMES
 ) -> ShardState:
@@ -234,11 +241,7 @@ def test_a_cached_copy_the_store_rolled_back_past_is_not_caught_up():
 
 
 def test_a_cached_copy_off_the_stores_history_is_not_caught_up_by_later_deltas():
-    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
-    handle = FakeHandle()
-    proc = _processor(handle)
-    a: dict = {}
-    b: dict = {}
+    many, handle, proc, a, b = _two_workers()
     _as_worker(a, proc, 10.0, 1_000, many)
     point = handle.commit_point()
     _as_worker(a, proc, 20.0, 2_000, many[:4])  # a delta, whose commit then fails
@@ -253,11 +256,7 @@ def test_a_cached_copy_off_the_stores_history_is_not_caught_up_by_later_deltas()
 
 
 def test_a_cached_copy_of_an_older_whole_record_is_not_caught_up():
-    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
-    handle = FakeHandle()
-    proc = _processor(handle)
-    a: dict = {}
-    b: dict = {}
+    many, handle, proc, a, b = _two_workers()
     _as_worker(a, proc, 10.0, 1_000, many)  # a holds the whole record, no deltas
     late = 1_000 + 3_600_000 + 1
     _as_worker(b, proc, 20.0, late, many[:4])  # the rest expires: a new whole record
@@ -273,7 +272,7 @@ def _old_store(handle: FakeHandle, layout: str) -> tuple[list[str], ShardState]:
     """A store as an older layout left it: ``plain``, before delta records (the whole record
     and a plain uuid tag); ``list``, deltas in the list state ``shard_delta`` (tags
     ``<record id>:<deltas>:<uuid>``). Returns the bundle names and the state it holds."""
-    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
+    many = MANY
     old = ShardState()
     old.apply(many, np.full((40, 4), 5.0), np.ones((40, 3), dtype=np.int64), ["b0"] * 40,
               np.full(40, 500))  # fmt: skip
@@ -326,11 +325,7 @@ def test_a_store_of_an_older_layout_is_read_and_continued_in_this_one(layout):
 def test_a_worker_reads_only_the_deltas_it_missed():
     """Catching up reads the entries after the cached copy's, by number; the tag alone says
     whether the store's history continues the copy."""
-    many = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
-    handle = FakeHandle()
-    proc = _processor(handle)
-    a: dict = {}
-    b: dict = {}
+    many, handle, proc, a, b = _two_workers()
     _as_worker(a, proc, 10.0, 1_000, many)
     for k in range(4):  # four deltas written by a
         _as_worker(a, proc, 11.0 + k, 1_100 + k, many[k : k + 2])
