@@ -139,28 +139,26 @@ class _Made:
 
     def make(self, rows: list[int]) -> None:
         """The values of ``rows`` not made yet, in one vectorised pass (float columns in
-        ``STAT_COLUMNS`` order)."""
+        ``STAT_COLUMNS`` order): the averages here, the last samples by ``make_stats``."""
         todo = [r for r in rows if r not in self.data]
         if not todo:
             return
-        st, data, stats = self.state, self.data, self.stats
-        for i, s, sn, lg, ln, la, c in zip(
+        st, data = self.state, self.data
+        for i, s, sn, lg, ln, topics in zip(
             todo,
             st.short_avg[todo].tolist(),
             st.short_n[todo].tolist(),
             st.long_avg[todo].tolist(),
             st.long_n[todo].tolist(),
-            st.last_values[todo].tolist(),
-            st.last_counts[todo].tolist(),
+            st.last_counts[todo, 0].tolist(),
             strict=True,
         ):
             data[i] = BundleData(
                 TimeAverageMessageData(NUM_SHORT_SAMPLES, sn, *s),
                 TimeAverageMessageData(NUM_LONG_SAMPLES, ln, *lg),
-                c[0],
+                topics,
             )
-            if i not in stats:
-                stats[i] = NamespaceBundleStats(la[2], la[3], la[0], la[1], *c)
+        self.make_stats(todo)
 
     def make_stats(self, rows: list[int]) -> None:
         """The last samples (``lastStats`` values) of ``rows`` not made yet, without their

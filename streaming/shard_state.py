@@ -134,8 +134,7 @@ class ShardState(BundleShard):
         self.stored = False
         self.deltas = 0
         self.delta_rows = 0
-        self.base_id = ""  # the id of the stored whole record (``streaming.state``)
-        self.tag = ""  # the stored tag this state is at
+        self.tag = ""  # the stored tag this state is at (it names the whole record and deltas)
 
     def apply(
         self,

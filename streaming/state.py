@@ -194,7 +194,8 @@ class LoadStateProcessor(StatefulProcessor):
         self, key_name: str, state: ShardState, touched: np.ndarray, dropped: list[str]
     ) -> tuple[str, str, bytes]:
         """Store the changed shard: (output kind, its field name, the record stored)."""
-        if _tag_parts(state.tag) is None:
+        parts = _tag_parts(state.tag)  # the stored record's id and its deltas' ids
+        if parts is None:
             # read from an older layout (or new): its record and deltas, if any, are in the
             # binary value and the list state, and what is written below replaces them
             self.shard.clear()
@@ -218,8 +219,7 @@ class LoadStateProcessor(StatefulProcessor):
             # remove one), deltas as large as the record, or a shard of an older layout
             record = state.to_bytes()
             state.stored, state.deltas, state.delta_rows = True, 0, 0
-            state.base_id = uuid.uuid4().hex
-            state.tag = _tag(state.base_id, [])
+            state.tag = _tag(uuid.uuid4().hex, [])
             self.shard_text.update((_text(record),))
             self.shard_deltas.clear()
             self.shard_tag.update((state.tag,))
@@ -227,12 +227,11 @@ class LoadStateProcessor(StatefulProcessor):
         else:
             # only the rows this batch changed: the state store and the driver get a sixth of
             # the shard when a batch holds a sixth of the brokers' reports
-            parts = _tag_parts(state.tag)
             assert parts is not None  # a stored record of this layout
             record = state.delta_bytes(touched)
             state.deltas += 1
             state.delta_rows += len(touched)
-            state.tag = _tag(state.base_id, [*parts[1], uuid.uuid4().hex[:16]])
+            state.tag = _tag(parts[0], [*parts[1], uuid.uuid4().hex[:16]])
             self.shard_deltas.updateValue((state.deltas,), (_text(record),))
             self.shard_tag.update((state.tag,))
             kind, name = SHARD_DELTA, delta_key(key_name, state.deltas)
@@ -277,7 +276,7 @@ class LoadStateProcessor(StatefulProcessor):
                     f"{[k for k, _ in deltas]}"
                 )
             state = ShardState.from_bytes(_bytes(stored[0]), [d for _, d in deltas])
-            state.tag, state.base_id = tag or "", parts[0]
+            state.tag = tag or ""
         clock.record("state.blob_read", 1)  # a cache miss (part of state.shard)
         return state, tag
 
