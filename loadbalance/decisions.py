@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from loadbalance.bundles import BundleRange, parse_bundle
+from loadbalance.bundles import BundleRange, canonical_bundle_name, parse_bundle
 from loadbalance.errors import InvalidDecision, InvalidInput
 from loadbalance.values import DecisionKind, DecisionReason, SkipReason
 
@@ -121,9 +121,9 @@ def make_decision(
     kind = DecisionKind(kind)
     bounds = tuple(sorted(split_boundaries))
     # one identity per bundle: the id, the store keys and the events all use the canonical name
-    bundle = parse_bundle(bundle).name
+    bundle = canonical_bundle_name(bundle)
     if merge_bundle is not None:
-        merge_bundle = parse_bundle(merge_bundle).name
+        merge_bundle = canonical_bundle_name(merge_bundle)
     return Decision(
         id=decision_id(
             cycle, kind, bundle, source_broker, destination_broker, bounds, merge_bundle

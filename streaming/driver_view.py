@@ -40,7 +40,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from operator import itemgetter
@@ -204,7 +204,7 @@ class _BundleData(Mapping[str, BundleData]):
     Why lazy: a cycle over a million bundles reads the values of the bundles on the brokers
     its policies look at, seldom all; making a million frozen values costs seconds."""
 
-    __slots__ = ("_columns", "_len", "_made", "_outside", "_rows", "_where")
+    __slots__ = ("_brokers", "_columns", "_len", "_made", "_outside", "_rows", "_where")
 
     def __init__(
         self,
@@ -213,10 +213,13 @@ class _BundleData(Mapping[str, BundleData]):
         outside: frozenset[str],
         columns: _Columns,
         rows: Mapping[str, int],
+        brokers: Mapping[str, tuple[frozenset[str], _BrokerRows]] | None = None,
     ):
         self._made, self._where, self._outside = made, where, outside
         # the view's columns and each bundle's row in them (``short_term_totals`` reads them)
         self._columns, self._rows = columns, rows
+        # broker -> (its report's bundle set, the rows the view took from its list)
+        self._brokers = brokers or {}
         self._len = len(where) - sum(1 for n in outside if n in where)
 
     def __getitem__(self, name: str) -> BundleData:
@@ -260,6 +263,61 @@ class _BundleData(Mapping[str, BundleData]):
         for pos, total in zip(np.flatnonzero(found).tolist(), totals, strict=True):
             out[pos] = total
         return out
+
+    def short_term_ranking(
+        self,
+        broker: str,
+        bundles: frozenset[str],
+        recent: Collection[str],
+        taken: Collection[str],
+        skip_name: Callable[[str], bool],
+        by_msg_rate: bool,
+        unseen: float,
+    ) -> list[tuple[str, float]] | None:
+        """``shedding.selection.sheddable_bundles`` for one broker of this view, ranked here:
+        (bundle, short-term in + out) of the broker's bundles in neither ``recent`` nor
+        ``taken`` and not ``skip_name``, largest first, ties by name, ``unseen`` for a bundle
+        without data.
+
+        Why: a shedding broker's bundles are already numbered in the view (``_BrokerRows``),
+        so their sums are two gathers and their order one ``argsort``, where the generic path
+        looks up each name in a million-entry index and sorts tuples in Python. ``None`` (the
+        caller ranks the generic way) when ``bundles`` is not the set this view took the rows
+        from, or a sum is NaN (Python's sort leaves a NaN where the input order puts it)."""
+        entry = self._brokers.get(broker)
+        if entry is None or entry[0] is not bundles:
+            return None
+        got = entry[1]
+        members, rows = got.members, got.row_array
+        system = got.matching(skip_name)
+        dropped = [b for b in members if b in recent or b in taken or b in system]
+        if dropped:
+            drop = set(dropped)
+            picked = np.flatnonzero([b not in drop for b in members])
+            members = [members[i] for i in picked.tolist()]
+            rows = rows[picked]
+        first, second = (2, 3) if by_msg_rate else (0, 1)  # STAT_COLUMNS: rates after throughputs
+        values = self._columns.values
+        totals = values[rows, first] + values[rows, second]
+        totals[rows == self._columns.default_row] = unseen
+        if np.isnan(totals).any():
+            return None
+        order = np.argsort(-totals, kind="stable")
+        ranked = totals[order]
+        order_list = order.tolist()
+        ties = np.flatnonzero(ranked[1:] == ranked[:-1]).tolist()
+        at = 0
+        while at < len(ties):  # each run of equal sums goes by name, as the tuples' sort does
+            start = end = ties[at]
+            while at + 1 < len(ties) and ties[at + 1] == end + 1:
+                at += 1
+                end += 1
+            order_list[start : end + 2] = sorted(
+                order_list[start : end + 2], key=members.__getitem__
+            )
+            at += 1
+        sums = totals.tolist()
+        return [(members[i], sums[i]) for i in order_list]
 
     def _rows_of(self, names: list[str]) -> np.ndarray:
         """Each name's row in the view's columns, -1 for a name without data or left out.
@@ -459,7 +517,7 @@ class _Columns:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class _BrokerRows:
     """What a view takes from one broker's bundle list: each bundle's row in ``_Columns`` (the
     defaults' row for a bundle without data or left out), the bundles that make its
@@ -474,6 +532,17 @@ class _BrokerRows:
     names: list[str]
     judged: list[int]
     counts: dict[str, int]
+    row_array: np.ndarray  # ``rows`` as an array (``_BundleData.short_term_ranking``)
+    # name test -> the members it is true of (the shedders' system-namespace test, asked again
+    # every cycle while the list stays the same)
+    tested: dict[Callable[[str], bool], frozenset[str]]
+
+    def matching(self, test: Callable[[str], bool]) -> frozenset[str]:
+        """The members ``test`` is true of, worked out once per list and test."""
+        found = self.tested.get(test)
+        if found is None:
+            found = self.tested[test] = frozenset(b for b in self.members if test(b))
+        return found
 
     @classmethod
     def of(
@@ -498,7 +567,8 @@ class _BrokerRows:
                 names.append(b)
                 judged.append(row)
         counts = dict(Counter(map(bundle_namespace, members)))
-        return cls(list(listed), members, rows, names, judged, counts)
+        row_array = np.array(rows, dtype=np.int64)
+        return cls(list(listed), members, rows, names, judged, counts, row_array, {})
 
 
 class DriverView:
@@ -642,6 +712,7 @@ class DriverView:
             cache.clear()  # rows renumbered, or other bundles left out
         moved, self._moved = self._moved, set()
         brokers: dict[str, BrokerLoad] = {}
+        taken: dict[str, tuple[frozenset[str], _BrokerRows]] = {}
         averages: dict[str, TimeAverageBrokerData] = {}
         digests: dict[str, ReportDigest] = {}
         for broker in sorted(self._brokers):
@@ -655,6 +726,7 @@ class DriverView:
                                                      columns)  # fmt: skip
             report = report_from_doc(doc, broker, _LastStats(got.names, made, where))
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
+            taken[broker] = (report.bundles, got)
             averages[broker] = columns.time_average(got.rows)
             digests[broker] = columns.digest(report, got.judged, got.counts)
         for broker in set(cache) - set(brokers):  # not looked at: ``moved`` is not kept for it
@@ -662,7 +734,7 @@ class DriverView:
         self._rows_where, self._rows_outside = where, outside
         state = LoadState(
             MappingProxyType(brokers),
-            _BundleData(made, where, outside, columns, self._rows_of(made, where)),
+            _BundleData(made, where, outside, columns, self._rows_of(made, where), taken),
             MappingProxyType(digests),
         )
         return build_view(state, namespaces=namespaces, time_averages=averages)

@@ -52,7 +52,9 @@ def sheddable_bundles(
     without averages sends it back to ``get`` one by one) and the loop makes no other call.
     A ``bundle_data`` that offers ``short_term_totals(names, by_msg_rate)`` (the short-term
     in + out sum of each name, ``None`` for a bundle without data, the same float additions)
-    is asked for the sums instead, so a lazy view need not make a value per bundle.
+    is asked for the sums instead, so a lazy view need not make a value per bundle; one that
+    offers ``short_term_ranking`` (the streaming driver's view, which has each broker's bundles
+    numbered already) is asked for the whole answer first, and may decline with ``None``.
     """
     recent = view.recently_unloaded
     data = view.bundle_data
@@ -61,6 +63,13 @@ def sheddable_bundles(
         if by_msg_rate
         else UNSEEN_SHORT_TERM_THROUGHPUT_BYTES_PER_S
     )
+    ranking = getattr(data, "short_term_ranking", None)
+    if ranking is not None:
+        ranked = ranking(
+            broker.broker, broker.bundles, recent, taken, is_system_bundle, by_msg_rate, unseen
+        )
+        if ranked is not None:
+            return ranked
     names = [b for b in broker.bundles if not (b in recent or b in taken or is_system_bundle(b))]
     bulk = getattr(data, "short_term_totals", None)
     if bulk is not None:  # a view over columns (the streaming driver's): no values made

@@ -12,6 +12,7 @@ from loadbalance.bundles import (
     FULL_UPPER,
     BundleRange,
     NamespaceBundles,
+    canonical_bundle_name,
     check_boundaries,
     normalize_topic,
     parse_bundle,
@@ -251,3 +252,46 @@ def test_a_trailing_newline_is_not_a_valid_bundle_name() -> None:
     assert parse_bundle("acme/ns/0x00000000_0x80000000").lower == 0
     with pytest.raises(InvalidBundle):
         parse_bundle("acme/ns/0x00000000_0x80000000\n")
+
+
+_NAME_PARTS = st.sampled_from(
+    ["t", "ns", "my-tenant", "a.b", "x=y", "host:8080", "pulsar", "sla-monitor", "", "a b", "é"]
+)
+_HEX = st.one_of(
+    st.integers(0, 0xFFFFFFFF).map(lambda v: f"{v:08x}"),
+    st.integers(0, 0xFFFFFFFF).map(lambda v: f"{v:08X}"),
+    st.sampled_from(["00000000", "ffffffff", "7fffffff", "0000000", "000000000", "0000000g"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    parts=st.lists(_NAME_PARTS, min_size=1, max_size=4),
+    lower=_HEX,
+    upper=_HEX,
+    tail=st.sampled_from(["", "\n", " ", "/"]),
+)
+def test_canonical_bundle_name_is_parse_bundle_name(parts, lower, upper, tail) -> None:
+    """The shortcut for names already canonical gives what ``parse_bundle(name).name`` gives,
+    and refuses what it refuses with the same error: uppercase hex, bounds not increasing,
+    three-part system namespaces, bad parts, a trailing newline."""
+    name = "/".join([*parts, f"0x{lower}_0x{upper}"]) + tail
+    try:
+        want = parse_bundle(name).name
+    except InvalidBundle as e:
+        with pytest.raises(InvalidBundle) as got:
+            canonical_bundle_name(name)
+        assert str(got.value) == str(e)
+        return
+    assert canonical_bundle_name(name) == want
+
+
+def test_canonical_bundle_name_examples() -> None:
+    """Fixed cases of the property above, including the ones the shortcut must not take."""
+    assert canonical_bundle_name("t/ns/0x00000000_0xffffffff") == "t/ns/0x00000000_0xffffffff"
+    assert canonical_bundle_name("t/ns/0x0000000A_0xFFFFFFFF") == "t/ns/0x0000000a_0xffffffff"
+    for bad in ("t/ns/0x00000002_0x00000002", "t/ns/0x00000003_0x00000002", "t/ns/0x0_0x1\n"):
+        with pytest.raises(InvalidBundle):
+            canonical_bundle_name(bad)
+    v1 = "pulsar/c1/host:8080/0x00000000_0xffffffff"
+    assert canonical_bundle_name(v1) == parse_bundle(v1).name

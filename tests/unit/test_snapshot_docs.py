@@ -330,6 +330,91 @@ def replace_data(view, data):
     return replace(view, bundle_data=data)
 
 
+def test_the_views_own_ranking_of_a_shedding_broker_is_the_generic_one() -> None:
+    """``short_term_ranking`` ranks a broker's bundles from the view's numbered rows: the same
+    (bundle, sum) list, floats bit for bit, as the generic path over a plain dict of the made
+    values, whatever is tied (runs of equal sums, 0.0 beside -0.0, bundles without data),
+    excluded (recently unloaded, taken this cycle, a system namespace) or left out by a split.
+    It declines (``None``) for a bundle set the view did not take its rows from, and for a NaN
+    sum, whose place Python's sort leaves to the input order."""
+    from dataclasses import replace
+
+    from loadbalance.shedding.selection import sheddable_bundles
+    from loadbalance.shedding.system_namespaces import is_system_bundle
+
+    before = NamespaceBundles.initial(NS, 64)
+    after = NamespaceBundles(NS, (before.boundaries[0], 0x02000000, *before.boundaries[1:]), 1)
+    names = before.bundle_names
+    heartbeat = NamespaceBundles.initial("pulsar/localhost:8080", 1).bundle_names[0]
+    states = {f"s:{k}": _state(names[k::3], f"b{k % 2}", 5) for k in range(3)}
+    states["s:3"] = _state([heartbeat], "b0", 5)
+    # one run of four equal sums across shards, zeros of both signs, an equal msg rate pair
+    for key, row in (("s:0", 1), ("s:1", 2), ("s:2", 3), ("s:0", 4)):
+        states[key].short_avg[row] = [500.0, 250.0, 7.0, 3.0]
+    states["s:1"].short_avg[5] = [0.0, 0.0, 0.0, 0.0]
+    states["s:2"].short_avg[6] = [-0.0, -0.0, 9.0, 1.0]
+    states["s:0"].short_avg[7] = [0.0, -0.0, 0.0, -0.0]
+    view = DriverView()
+    view.apply(_shard_rows({k: st.to_bytes() for k, st in states.items()}))
+    unknown = NamespaceBundles.initial("t/quiet", 4).bundle_names
+    view.apply(
+        _broker_rows(
+            {
+                "b0": {"bundles": [*names[:40], heartbeat, *unknown, *after.bundle_names[:1]]},
+                "b1": {"bundles": [*names[40:], names[3]]},  # names[3] is reported twice
+            }
+        )
+    )
+    got = view.cluster_view({NS: after})  # the split parent names[0] is left out
+    plain = replace(got, bundle_data=dict(got.bundle_data.items()))
+    recent = {names[9]: 1, names[44]: 1, unknown[1]: 1}
+    taken = {names[11], names[50], unknown[2]}
+    got = replace(got, recently_unloaded=recent)
+    plain = replace(plain, recently_unloaded=recent)
+    used = 0
+    for broker in ("b0", "b1"):
+        bv = got.brokers[broker]
+        for by_rate in (False, True):
+            unseen = sheddable_bundles(plain, bv, by_msg_rate=by_rate)[-1][1]
+            direct = got.bundle_data.short_term_ranking(
+                broker, bv.bundles, recent, taken, is_system_bundle, by_rate, unseen
+            )
+            used += direct is not None
+            fast = sheddable_bundles(got, bv, taken, by_msg_rate=by_rate)
+            slow = sheddable_bundles(plain, plain.brokers[broker], taken, by_msg_rate=by_rate)
+            assert [(b, repr(v)) for b, v in fast] == [(b, repr(v)) for b, v in slow]
+            assert heartbeat not in dict(fast) and names[9] not in dict(fast)
+    assert used == 4  # every ranking above came from the view's rows
+    bv = got.brokers["b0"]
+    asked_unseen = got.bundle_data.short_term_ranking(
+        "b0", bv.bundles, (), (), is_system_bundle, False, -1.0
+    )
+    assert asked_unseen is not None
+    without_data = {b for b, v in asked_unseen if v == -1.0}
+    assert without_data == {*unknown, after.bundle_names[0], names[0]}  # the parent: left out
+    assert (
+        got.bundle_data.short_term_ranking(
+            "b0", frozenset(list(bv.bundles)), (), (), is_system_bundle, False, 0.0
+        )
+        is None
+    )
+    states["s:1"].short_avg[8] = [np.nan, 1.0, 2.0, 3.0]
+    view.apply(_shard_rows({"s:1": states["s:1"].to_bytes()}))
+    nan_view = view.cluster_view({NS: after})
+    nb = nan_view.brokers[view_owner(nan_view, names[1 + 3 * 8])]
+    assert (
+        nan_view.bundle_data.short_term_ranking(
+            nb.broker, nb.bundles, (), (), is_system_bundle, False, 0.0
+        )
+        is None
+    )
+
+
+def view_owner(view, bundle: str) -> str:
+    (owner,) = [b for b, bv in view.brokers.items() if bundle in bv.bundles]
+    return owner
+
+
 def test_prefetch_makes_the_values_placement_reads_and_they_are_the_same() -> None:
     """Placement tells the lazy ``bundle_data`` which moved bundles it will read
     (``prefetch``); the values made together must be the ones made one at a time, and names
