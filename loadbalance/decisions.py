@@ -61,7 +61,28 @@ def decision_id(
     split_boundaries: tuple[int, ...] = (),
     merge_bundle: str | None = None,
 ) -> str:
-    """Deterministic id: the same cycle and content always give the same id."""
+    """Deterministic id: the same cycle and content always give the same id.
+
+    The id hashes the JSON array of the arguments. An unload's or transfer's array is put
+    together directly when JSON would write each string as it is (printable ASCII, no ``"``
+    or backslash; the quote count finds a quote inside a string): the same characters as the
+    encoder's, for about half its cost, and a cycle that moves thousands of bundles makes two
+    ids for each."""
+    if not split_boundaries and merge_bundle is None and source_broker is not None:
+        try:
+            if destination_broker is None:
+                dest, quotes = "null", 8
+            else:
+                dest, quotes = '"' + destination_broker + '"', 10
+            key = (
+                '["' + cycle + '","' + kind + '","' + bundle + '","' + source_broker + '",'
+                + dest + ",[],null]"
+            )  # fmt: skip
+        except TypeError:  # not all strings: the encoder writes them
+            pass
+        else:
+            if key.isascii() and key.isprintable() and "\\" not in key and key.count('"') == quotes:
+                return hashlib.sha256(key.encode()).hexdigest()[:32]
     key = _ID_JSON.encode(
         [
             cycle,

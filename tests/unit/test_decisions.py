@@ -312,3 +312,52 @@ def test_ids_and_documents_are_the_json_module_defaults_text():
     )
     want = json.dumps(decision_to_dict(d), separators=(",", ":"), sort_keys=True).encode()
     assert encode_decision(d) == want
+
+
+def _json_id(*parts) -> str:
+    """The id as its definition states it: SHA-256 of the compact JSON array."""
+    cycle, kind, bundle, source, destination, bounds, merge = parts
+    key = json.dumps(
+        [cycle, kind, bundle, source, destination, list(bounds), merge], separators=(",", ":")
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+_ID_TEXT = st.one_of(
+    st.text(max_size=12),
+    st.text(alphabet='ab"\\\x00\x1f\x7f~ é/:', max_size=6),
+    st.sampled_from(["broker-1:8080", "t/ns/0x00000000_0xffffffff", "", '"', "\\"]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    cycle=_ID_TEXT,
+    kind=st.sampled_from([UNLOAD, TRANSFER, SPLIT, "unload"]),
+    bundle=_ID_TEXT,
+    source=st.one_of(st.none(), _ID_TEXT),
+    destination=st.one_of(st.none(), _ID_TEXT),
+)
+def test_decision_id_is_the_hash_of_the_json_array(cycle, kind, bundle, source, destination):
+    """Unload and transfer ids are put together without the JSON encoder when no string
+    needs escaping; any string (quotes, backslashes, control characters, non-ASCII, DEL)
+    must still give the hash of exactly the text ``json.dumps`` writes."""
+    got = decision_id(cycle, kind, bundle, source, destination)
+    assert got == _json_id(cycle, kind, bundle, source, destination, (), None)
+
+
+def test_decision_id_examples_of_each_path() -> None:
+    """Fixed examples of the property above, one per branch of the shortcut."""
+    b = "t/ns/0x00000000_0xffffffff"
+    for args in (
+        ("1", TRANSFER, b, "a:1", "b:2"),
+        ("1", UNLOAD, b, "a:1", None),
+        ("1", UNLOAD, b, 'a"1', None),
+        ("1", UNLOAD, b, "a\\1", "x"),
+        ("1", UNLOAD, b, "a:1", "é"),
+        ("1", UNLOAD, b, None, "b"),
+    ):
+        assert decision_id(*args) == _json_id(*args, (), None), args
+    assert decision_id("1", SPLIT, b, "a", None, (5,)) == _json_id(
+        "1", SPLIT, b, "a", None, (5,), None
+    )

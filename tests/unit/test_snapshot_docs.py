@@ -415,6 +415,49 @@ def view_owner(view, bundle: str) -> str:
     return owner
 
 
+def test_a_warm_up_sums_time_averages_ahead_and_a_view_sums_only_what_changed_since(
+    monkeypatch,
+) -> None:
+    """Summing every broker's eight columns exactly is most of a warm view at a million
+    bundles, so a view sums again only a broker whose values changed since they were last
+    summed, and the warm-up sums ahead: after it, the cycle sums only the brokers whose
+    values changed after the warm-up, and every sum is the one a fresh view makes."""
+    import math
+
+    names = NamespaceBundles.initial(NS, 12).bundle_names
+    owner = {n: f"b{i % 3}" for i, n in enumerate(names)}
+    states = {f"s:{k}": _state(names[4 * k : 4 * k + 4], f"b{k}", 5) for k in range(3)}
+    for st in states.values():
+        st.owners = [owner[n] for n in st.names]
+    view = DriverView()
+    view.apply(_shard_rows({k: st.to_bytes() for k, st in states.items()}))
+    lists = {b: [n for n in names if owner[n] == b] for b in ("b0", "b1", "b2")}
+    view.apply(_broker_rows({b: {"bundles": v} for b, v in lists.items()}))
+    calls = []
+    fsum = math.fsum
+    monkeypatch.setattr(math, "fsum", lambda values: calls.append(1) or fsum(values))
+
+    def summed(view) -> tuple[int, dict]:
+        calls.clear()
+        got = view.cluster_view({NS: NamespaceBundles.initial(NS, 12)})
+        return len(calls), {b: bv.time_average for b, bv in got.brokers.items()}
+
+    assert summed(view)[0] == 3 * 8
+    assert summed(view)[0] == 0  # nothing changed
+    states["s:0"].short_avg[0] = [1.0, 2.0, 3.0, 4.0]  # names[0]: b0's
+    view.apply(_shard_rows({"s:0": states["s:0"].to_bytes()}))
+    view.warm()
+    view.wait_warm()
+    states["s:1"].long_avg[1] = [5.0, 6.0, 7.0, 8.0]  # names[5]: b2's, after the warm-up
+    view.apply(_shard_rows({"s:1": states["s:1"].to_bytes()}))
+    count, sums = summed(view)
+    assert count == 8  # b2 alone: b0 was summed ahead, b1 did not change
+    fresh = DriverView()
+    fresh.apply(_shard_rows({k: st.to_bytes() for k, st in states.items()}))
+    fresh.apply(_broker_rows({b: {"bundles": v} for b, v in lists.items()}))
+    assert sums == summed(fresh)[1]
+
+
 def test_prefetch_makes_the_values_placement_reads_and_they_are_the_same() -> None:
     """Placement tells the lazy ``bundle_data`` which moved bundles it will read
     (``prefetch``); the values made together must be the ones made one at a time, and names
