@@ -12,7 +12,7 @@ view from those. This script builds that driver state from the same seeded synth
 * **view, warm**: the next one, nothing changed (a cycle after quiet batches);
 * **step**: ``cycle.step`` over that view for the default pair (and the CPU of encoding its
   decisions, as the decision stage publishes them), then two consecutive cycles for each other
-  pair of ``bench_cycle.SHEDDERS``.
+  pair of ``bench_cycle.SHEDDERS`` (the digest covers the decisions of both).
 
 ``--stream-shape`` makes the brokers as ``bench_stream.py`` does (random CPU per broker), so
 the default pair moves thousands of bundles per cycle, as in the streaming job's benchmark.
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(steps):
                 state, result = step(state, cv, config, now_ms=now + (i + 1) * 60_000,
                                      cycle=str(i + 1))  # fmt: skip
-                decisions = list(result.decisions)
+                decisions += result.decisions
             t2 = time.process_time()
         return (t1 - t0) * 1000, (t2 - t1) * 1000, decisions
 

@@ -52,6 +52,7 @@ import pandas as pd
 
 from loadbalance.bundles import NamespaceBundles, bundle_namespace
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+from loadbalance.ranking import order_by_value_then_name
 from loadbalance.time_average import (
     NUM_LONG_SAMPLES,
     NUM_SHORT_SAMPLES,
@@ -302,20 +303,7 @@ class _BundleData(Mapping[str, BundleData]):
         totals[rows == self._columns.default_row] = unseen
         if np.isnan(totals).any():
             return None
-        order = np.argsort(-totals, kind="stable")
-        ranked = totals[order]
-        order_list = order.tolist()
-        ties = np.flatnonzero(ranked[1:] == ranked[:-1]).tolist()
-        at = 0
-        while at < len(ties):  # each run of equal sums goes by name, as the tuples' sort does
-            start = end = ties[at]
-            while at + 1 < len(ties) and ties[at + 1] == end + 1:
-                at += 1
-                end += 1
-            order_list[start : end + 2] = sorted(
-                order_list[start : end + 2], key=members.__getitem__
-            )
-            at += 1
+        order_list = order_by_value_then_name(totals, members, descending=True)
         sums = totals.tolist()
         return [(members[i], sums[i]) for i in order_list]
 
@@ -351,12 +339,43 @@ class _LastStats(Mapping[str, NamespaceBundleStats]):
     in its report's order, made from the shard arrays the first time any is read (a policy
     that reads one bundle of a broker reads most of them)."""
 
-    __slots__ = ("_made", "_names", "_ready", "_set", "_where")
+    __slots__ = ("_columns", "_made", "_names", "_ready", "_rows", "_set", "_where")
 
-    def __init__(self, names: list[str], made: Mapping[str, _Made], where: Where) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        made: Mapping[str, _Made],
+        where: Where,
+        columns: _Columns | None = None,
+        rows: list[int] | None = None,
+    ) -> None:
         self._names, self._made, self._where = names, made, where
+        # the view's columns and the names' rows in them (``sample_columns``)
+        self._columns, self._rows = columns, rows
         self._set: frozenset[str] | None = None
         self._ready = False
+
+    def sample_columns(self) -> tuple[list[str], np.ndarray] | None:
+        """The names in this mapping's order and their last samples, one row each, columns
+        in ``STAT_COLUMNS`` order (throughputs in, out, rates in, out): the figures the values
+        of this mapping hold, for a policy that ranks all of a broker's bundles and then
+        reads few (ProjectedUsageShedder); ``None`` without the view's columns."""
+        if self._columns is None or self._rows is None:
+            return None
+        return self._names, self._columns.last[np.asarray(self._rows, dtype=np.int64)]
+
+    def stat(self, name: str) -> NamespaceBundleStats:
+        """``self[name]``, making only that bundle's value (``__getitem__`` makes the whole
+        broker's at the first read, which a policy reading few of them need not pay for)."""
+        if name not in self._members():
+            raise KeyError(name)
+        key, row = self._where[name]
+        made = self._made[key]
+        value = made.stats.get(row)
+        if value is None:
+            made.make_stats([row])
+            value = made.stats[row]
+        return value
 
     def _members(self) -> frozenset[str]:
         if self._set is None:
@@ -490,6 +509,8 @@ class _Columns:
         self.values = np.concatenate(
             [np.hstack((m.short_avg, m.long_avg)) for m in states] + [_DEFAULT_SUMS[None, :]]
         )
+        # the last samples (``lastStats``), for ``_LastStats.sample_columns``
+        self.last = np.concatenate([m.last_values for m in states] + [np.zeros((1, 4))])
         counts = np.concatenate([m.last_counts for m in states] + [np.zeros((1, 3), np.int64)])
         long_avg = np.concatenate([m.long_avg for m in states] + [np.zeros((1, 4))])
         self.topics = counts[:, 0]
@@ -743,7 +764,8 @@ class DriverView:
             if got is None or got.listed != listed or not moved.isdisjoint(got.members):
                 got = cache[broker] = _BrokerRows.of(broker, listed, where, outside, owners,
                                                      columns)  # fmt: skip
-            report = report_from_doc(doc, broker, _LastStats(got.names, made, where))
+            last_stats = _LastStats(got.names, made, where, columns, got.judged)
+            report = report_from_doc(doc, broker, last_stats)
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
             taken[broker] = (report.bundles, got)
             averages[broker] = columns.time_average(got.row_array, self._sums, broker)

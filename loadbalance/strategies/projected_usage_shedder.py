@@ -52,14 +52,16 @@ grace period and the never-back rule above stop it from returning.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
+import numpy as np
+
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
+from loadbalance.ranking import order_by_value_then_name
 from loadbalance.strategies.usage_projection import KBYTES, BundleLoad, UsageModel, Weights
 from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
@@ -99,6 +101,47 @@ class _Candidate(NamedTuple):
     @property
     def load(self) -> BundleLoad:
         return BundleLoad.of_stats(self.stats)
+
+
+class _Candidates:
+    """A broker's movable bundles sorted by (work, name), each bundle's stats fetched when a
+    candidate is first looked at.
+
+    Why not a list of candidates: the plan ranks every bundle of each broker it sheds from
+    (thousands at a million bundles) but looks at a window of a few dozen per move, so the
+    ranking needs only the work and the name, and the stats come from ``stats_of`` on demand
+    (a view over columns makes them one by one instead of a whole broker's)."""
+
+    __slots__ = ("_keys", "_stats_of")
+
+    def __init__(
+        self, keys: list[tuple[float, str]], stats_of: Callable[[str], NamespaceBundleStats]
+    ) -> None:
+        self._keys, self._stats_of = keys, stats_of  # keys sorted, names unique
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, i: int) -> _Candidate:
+        work, bundle = self._keys[i]
+        return _Candidate(work, bundle, self._stats_of(bundle))
+
+    def __iter__(self) -> Iterator[_Candidate]:
+        stats_of = self._stats_of
+        return (_Candidate(w, b, stats_of(b)) for w, b in self._keys)
+
+    def window(self, start: int, stop: int) -> list[_Candidate]:
+        """The candidates at positions ``start`` to ``stop`` (clipped, as a slice is)."""
+        stats_of = self._stats_of
+        return [_Candidate(w, b, stats_of(b)) for w, b in self._keys[start:stop]]
+
+    def first_at_least(self, work: float) -> int:
+        """``bisect_left`` of ``work`` over the candidates' work."""
+        return bisect.bisect_left(self._keys, (work,))
+
+    def remove(self, pick: _Candidate) -> None:
+        """Remove ``pick``, found by bisection (names are unique, so the key is its own)."""
+        del self._keys[bisect.bisect_left(self._keys, (pick.work, pick.bundle))]
 
 
 class ProjectedUsageShedder:
@@ -178,7 +221,7 @@ class ProjectedUsageShedder:
         now_ms: int,
         cycle: str,
     ) -> list[Decision]:
-        movable: dict[str, list[_Candidate]] = {}
+        movable: dict[str, _Candidates] = {}
         counts = {b: len(v.report.bundles) for b, v in view.brokers.items()}
         cap = config.max_unload_bundle_num_per_shedding
         budget = cap if cap > 0 else max(10, 2 * len(loads))
@@ -212,7 +255,7 @@ class ProjectedUsageShedder:
             loads[s], loads[d] = model.load(s), model.load(d)
             counts[s] -= 1
             counts[d] += 1
-            _drop(movable[s], pick)
+            movable[s].remove(pick)
             reason = (
                 DecisionReason.OVERLOADED
                 if before_s > mean * self.trigger_ratio
@@ -255,7 +298,7 @@ class ProjectedUsageShedder:
         model: UsageModel,
         s: str,
         d: str,
-        cands: list[_Candidate],
+        cands: _Candidates,
         loads: Mapping[str, float],
         came_from: Mapping[str, str],
         high: float,
@@ -266,14 +309,14 @@ class ProjectedUsageShedder:
         bundle disconnects the least traffic and leaves the destination the most room."""
         if not cands:
             return None
-        window = cands
+        window: Iterable[_Candidate] = cands
         if len(cands) > 2 * _WINDOW:
             probe = cands[len(cands) // 2].load
             slope = loads[s] - model.load_if_removed(s, probe)
             if slope > 0:
                 need = max(loads[s] - high, 0.0) / slope * probe.work
-                i = bisect.bisect_left(cands, need, key=lambda c: c.work)
-                window = cands[max(0, i - _WINDOW) : i + 2 * _WINDOW]
+                i = cands.first_at_least(need)
+                window = cands.window(max(0, i - _WINDOW), i + 2 * _WINDOW)
         best: _Candidate | None = None
         best_key: tuple[float, float, str] | None = None
         for c in window:
@@ -297,7 +340,7 @@ class ProjectedUsageShedder:
         self,
         model: UsageModel,
         s: str,
-        cands: list[_Candidate],
+        cands: _Candidates,
         loads: Mapping[str, float],
         came_from: Mapping[str, str],
     ) -> tuple[_Candidate | None, str]:
@@ -320,7 +363,7 @@ class ProjectedUsageShedder:
         model: UsageModel,
         s: str,
         d: str,
-        cands: list[_Candidate],
+        cands: _Candidates,
         loads: Mapping[str, float],
         came_from: Mapping[str, str],
     ) -> _Candidate | None:
@@ -328,7 +371,7 @@ class ProjectedUsageShedder:
         never sending a bundle back to the broker we moved it away from (ping-pong)."""
         if not cands:
             return None
-        window = cands
+        window: Iterable[_Candidate] = cands
         if len(cands) > 2 * _WINDOW:
             probe = cands[len(cands) // 2].load
             slope = (loads[s] - model.load_if_removed(s, probe)) + (
@@ -336,8 +379,8 @@ class ProjectedUsageShedder:
             )
             if slope > 0:
                 ideal = (loads[s] - loads[d]) / slope * probe.work
-                i = bisect.bisect_left(cands, ideal, key=lambda c: c.work)
-                window = cands[max(0, i - _WINDOW) : i + _WINDOW]
+                i = cands.first_at_least(ideal)
+                window = cands.window(max(0, i - _WINDOW), i + _WINDOW)
         best: _Candidate | None = None
         best_max = loads[s] - self.min_gain
         for c in window:
@@ -347,12 +390,6 @@ class ProjectedUsageShedder:
             if pair_max < best_max:
                 best, best_max = c, pair_max
         return best
-
-
-def _drop(cands: list[_Candidate], pick: _Candidate) -> None:
-    """Remove ``pick`` from the sorted ``cands``, found by bisection (names are unique, so
-    the tuple it finds is ``pick`` itself)."""
-    del cands[bisect.bisect_left(cands, pick)]
 
 
 def _busiest_and_idlest(loads: Mapping[str, float], stuck: set[str]) -> tuple[str, str] | None:
@@ -417,24 +454,42 @@ def _splitting_excess(view: ClusterView, model: UsageModel, high: float, now_ms:
     return out
 
 
-def _movable(
-    view: ClusterView, broker: str, pending: Mapping[str, PendingMove]
-) -> list[_Candidate]:
+def _movable(view: ClusterView, broker: str, pending: Mapping[str, PendingMove]) -> _Candidates:
     """The broker's bundles that may move now, sorted by work (ties by name).
 
     Built only for brokers the plan actually sheds from: with 100k bundles most brokers are
-    never a source in a cycle.
+    never a source in a cycle. A ``lastStats`` that offers ``sample_columns()`` (the streaming
+    driver's view: the names and their figures as one array) is ranked from the columns, with
+    the same float operations, and ``stat(name)`` makes the value of a bundle looked at.
     """
     recent = view.recently_unloaded
-    raw: list[tuple[float, str, NamespaceBundleStats]] = []
-    for bundle, s in view.brokers[broker].report.last_stats.items():
+    stats = view.brokers[broker].report.last_stats
+    bulk = getattr(stats, "sample_columns", None)
+    columns = bulk() if bulk is not None else None
+    if columns is not None:
+        names, values = columns  # STAT_COLUMNS: throughput in, out, rate in, out
+        work = values[:, 2] + values[:, 3] + (values[:, 0] + values[:, 1]) / KBYTES
+        kept = [
+            i
+            for i in np.flatnonzero(work > 0).tolist()  # work > 0: never a NaN
+            if names[i] not in recent and names[i] not in pending
+        ]
+        kept_names = [names[i] for i in kept]
+        kept_work = work[kept]
+        order = order_by_value_then_name(kept_work, kept_names)
+        works = kept_work.tolist()
+        stat = getattr(stats, "stat", stats.__getitem__)
+        return _Candidates([(works[i], kept_names[i]) for i in order], stat)
+    raw: list[tuple[float, str]] = []
+    made: dict[str, NamespaceBundleStats] = {}
+    for bundle, s in stats.items():
         if bundle in recent or bundle in pending:
             continue
         work = (
             s.msg_rate_in + s.msg_rate_out + (s.msg_throughput_in + s.msg_throughput_out) / KBYTES
         )
         if work > 0:
-            raw.append((work, bundle, s))
+            raw.append((work, bundle))
+            made[bundle] = s
     raw.sort()  # (work, bundle): work > 0 above, so never a NaN
-    # plain tuples made above, typed here in C: a _Candidate(...) call per bundle costs more
-    return list(map(tuple.__new__, repeat(_Candidate), raw))
+    return _Candidates(raw, made.__getitem__)

@@ -458,6 +458,101 @@ def test_a_warm_up_sums_time_averages_ahead_and_a_view_sums_only_what_changed_si
     assert sums == summed(fresh)[1]
 
 
+def _plain_view(view):
+    """``view`` with plain dicts for ``bundle_data`` and every broker's ``lastStats``: the
+    generic path of every policy (no bulk hooks)."""
+    from dataclasses import replace
+
+    brokers = {
+        name: replace(bv, report=replace(bv.report, last_stats=dict(bv.report.last_stats.items())))
+        for name, bv in view.brokers.items()
+    }
+    return replace(view, brokers=brokers, bundle_data=dict(view.bundle_data.items()))
+
+
+def test_policies_decide_the_same_over_the_views_columns_as_over_plain_values(monkeypatch):
+    """The driver's view offers bulk hooks (``short_term_ranking``, ``short_term_totals``,
+    ``sample_columns`` and ``stat``) so that a shedder ranking thousands of bundles makes no
+    value per bundle. Two cycles of each shedder that ranks that way, over a cluster with
+    tied and zero figures, a bundle without data and a bundle moved in the grace period, must
+    give the decisions and state the same view gives with plain dicts."""
+    from dataclasses import replace
+
+    from loadbalance.config import LoadBalancerConfig
+    from loadbalance.cycle import CycleState, step
+    from streaming import driver_view
+
+    rng = np.random.default_rng(11)
+    nb = NamespaceBundles.initial(NS, 256)
+    names = nb.bundle_names
+    owner = {n: f"b{i % 6}" for i, n in enumerate(names)}
+    states = {}
+    for k in range(4):
+        part = names[k::4]
+        st = _state(part, "b0", 5)
+        st.owners = [owner[n] for n in part]
+        # few distinct figures, so that many bundles tie on work and ties go by name
+        st.last_values[:] = rng.integers(0, 4, size=st.last_values.shape) * 1000.0
+        st.last_values[::11] = 0.0  # no work: never moved
+        st.short_avg[::5] = st.short_avg[2]
+        states[f"s:{k}"] = st
+    view = DriverView()
+    view.apply(_shard_rows({k: st.to_bytes() for k, st in states.items()}))
+    quiet = NamespaceBundles.initial("t/quiet", 1).bundle_names[0]  # no data at all
+    docs = {}
+    for i in range(6):
+        broker = f"b{i}"
+        listed = [n for n in names if owner[n] == broker] + ([quiet] if i == 2 else [])
+        listed = [listed[j] for j in rng.permutation(len(listed))]  # not in name order
+        cpu = 15.0 + 14.0 * i
+        docs[broker] = {
+            "bundles": listed,
+            "cpu": {"usage": cpu, "limit": 100.0},
+            "memory": {"usage": 10.0, "limit": 100.0},
+            "bandwidthIn": {"usage": cpu * 10, "limit": 1000.0},
+            "bandwidthOut": {"usage": cpu * 10, "limit": 1000.0},
+            "msgThroughputIn": 4e7 * (i + 1),
+            "msgThroughputOut": 4e7 * (i + 1),
+        }
+    rows = _broker_rows(docs)
+    rows["history_usage"] = [0.15 + 0.14 * i for i in range(6)]
+    view.apply(rows)
+    got = view.cluster_view({NS: nb, "t/quiet": NamespaceBundles.initial("t/quiet", 1)})
+    got = replace(got, recently_unloaded={names[5]: 1})
+    asked = []
+    real = driver_view._LastStats.sample_columns
+    monkeypatch.setattr(
+        driver_view._LastStats,
+        "sample_columns",
+        lambda self: asked.append(1) or real(self),
+    )
+    pairs = (
+        ("ProjectedUsageShedder", "LeastProjectedUsage"),
+        ("ProjectedUsageShedder", "LeastProjectedUsage", 0),  # no grace: pending moves count
+        ("ThresholdShedder", "LeastLongTermMessageRate"),
+        ("OverloadShedder", "LeastLongTermMessageRate"),
+        ("UniformLoadShedder", "LeastLongTermMessageRate"),
+    )
+    for shedder, placement, *grace in pairs:
+        config = LoadBalancerConfig(
+            loadBalancerLoadSheddingStrategy=shedder,
+            loadBalancerLoadPlacementStrategy=placement,
+            loadBalancerBrokerOverloadedThresholdPercentage=50,
+            loadBalancerSheddingGracePeriodMinutes=grace[0] if grace else 30,
+        )
+        results = []
+        for v in (got, _plain_view(got)):
+            state, out = CycleState(), []
+            for i in range(2):
+                now_ms = 600_000 + 60_000 * i  # the next shedding interval: moves pending
+                state, result = step(state, v, config, now_ms=now_ms, cycle=str(i))
+                out.append(result)
+            results.append((out, state))
+        assert results[0] == results[1], shedder
+        assert sum(len(r.decisions) for r in results[0][0]) > 0, shedder
+    assert asked  # ProjectedUsageShedder ranked from the columns
+
+
 def test_prefetch_makes_the_values_placement_reads_and_they_are_the_same() -> None:
     """Placement tells the lazy ``bundle_data`` which moved bundles it will read
     (``prefetch``); the values made together must be the ones made one at a time, and names
