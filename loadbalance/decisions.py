@@ -22,7 +22,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -121,6 +121,64 @@ class Decision:
         return f"{self.kind}:{self.reason}"
 
 
+def _setters() -> tuple[Any, ...]:
+    """The slot setters of ``Decision``'s fields, in field order (checked: a field added to
+    ``Decision`` without one here fails at import)."""
+    names = (
+        "id", "kind", "bundle", "source_broker", "destination_broker", "split_boundaries",
+        "split_algorithm", "merge_bundle", "reason", "strategy", "inputs", "cycle",
+        "decided_at_ms", "schema_version",
+    )  # fmt: skip
+    if names != tuple(f.name for f in fields(Decision)):
+        raise TypeError("decisions._setters is out of date with Decision's fields")
+    return tuple(getattr(Decision, n).__set__ for n in names)
+
+
+(_SET_ID, _SET_KIND, _SET_BUNDLE, _SET_SOURCE, _SET_DESTINATION, _SET_BOUNDS, _SET_ALGORITHM,
+ _SET_MERGE, _SET_REASON, _SET_STRATEGY, _SET_INPUTS, _SET_CYCLE, _SET_AT,
+ _SET_VERSION) = _setters()  # fmt: skip
+
+
+def _decision(
+    id: str,
+    kind: DecisionKind,
+    bundle: str,
+    source_broker: str | None,
+    destination_broker: str | None,
+    split_boundaries: tuple[int, ...],
+    split_algorithm: str | None,
+    merge_bundle: str | None,
+    reason: DecisionReason | str,
+    strategy: str,
+    inputs: Mapping[str, Scalar],
+    cycle: str,
+    decided_at_ms: int,
+) -> Decision:
+    """``Decision(...)`` with every field given, set slot by slot.
+
+    Why: a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    which looks the name up first; the slots' own setters do the same assignment in about half
+    the time, and a cycle that moves thousands of bundles makes two decisions for each. The
+    object is an ordinary ``Decision`` (the unit tests compare it with one built the usual
+    way)."""
+    d = object.__new__(Decision)
+    _SET_ID(d, id)
+    _SET_KIND(d, kind)
+    _SET_BUNDLE(d, bundle)
+    _SET_SOURCE(d, source_broker)
+    _SET_DESTINATION(d, destination_broker)
+    _SET_BOUNDS(d, split_boundaries)
+    _SET_ALGORITHM(d, split_algorithm)
+    _SET_MERGE(d, merge_bundle)
+    _SET_REASON(d, reason)
+    _SET_STRATEGY(d, strategy)
+    _SET_INPUTS(d, inputs)
+    _SET_CYCLE(d, cycle)
+    _SET_AT(d, decided_at_ms)
+    _SET_VERSION(d, SCHEMA_VERSION)
+    return d
+
+
 def make_decision(
     *,
     cycle: str,
@@ -145,22 +203,20 @@ def make_decision(
     bundle = canonical_bundle_name(bundle)
     if merge_bundle is not None:
         merge_bundle = canonical_bundle_name(merge_bundle)
-    return Decision(
-        id=decision_id(
-            cycle, kind, bundle, source_broker, destination_broker, bounds, merge_bundle
-        ),
-        kind=kind,
-        bundle=bundle,
-        source_broker=source_broker,
-        destination_broker=destination_broker,
-        split_boundaries=bounds,
-        split_algorithm=split_algorithm,
-        merge_bundle=merge_bundle,
-        reason=reason,
-        strategy=strategy,
-        inputs=MappingProxyType(dict(inputs or {})),
-        cycle=cycle,
-        decided_at_ms=decided_at_ms,
+    return _decision(
+        decision_id(cycle, kind, bundle, source_broker, destination_broker, bounds, merge_bundle),
+        kind,
+        bundle,
+        source_broker,
+        destination_broker,
+        bounds,
+        split_algorithm,
+        merge_bundle,
+        reason,
+        strategy,
+        MappingProxyType(dict(inputs or {})),
+        cycle,
+        decided_at_ms,
     )
 
 
@@ -174,17 +230,21 @@ def transfer_of(
     Why not ``make_decision``: the unload was made by it, so its bundle name is already
     checked and canonical, and placement turns tens of thousands of unloads into transfers
     in one cycle at a million bundles."""
-    return Decision(
-        id=decision_id(cycle, TRANSFER, unload.bundle, unload.source_broker, destination),
-        kind=TRANSFER,
-        bundle=unload.bundle,
-        source_broker=unload.source_broker,
-        destination_broker=destination,
-        reason=unload.reason,
-        strategy=unload.strategy,
-        inputs=MappingProxyType(dict(inputs)),
-        cycle=cycle,
-        decided_at_ms=unload.decided_at_ms,
+    bundle, source = unload.bundle, unload.source_broker
+    return _decision(
+        decision_id(cycle, TRANSFER, bundle, source, destination),
+        TRANSFER,
+        bundle,
+        source,
+        destination,
+        (),
+        None,
+        None,
+        unload.reason,
+        unload.strategy,
+        MappingProxyType(dict(inputs)),
+        cycle,
+        unload.decided_at_ms,
     )
 
 

@@ -291,9 +291,13 @@ class _BundleData(Mapping[str, BundleData]):
         got = entry[1]
         members, rows = got.members, got.row_array
         system = got.matching(skip_name)
-        dropped = [b for b in members if b in recent or b in taken or b in system]
-        if dropped:
-            drop = set(dropped)
+        drop = set(system)
+        if taken:
+            drop.update(bundles.intersection(taken))  # C loops: over the smaller of the two
+        if recent:
+            keys = getattr(recent, "keys", None)
+            drop.update(keys() & bundles if keys is not None else bundles.intersection(recent))
+        if drop:
             picked = np.flatnonzero([b not in drop for b in members])
             members = [members[i] for i in picked.tolist()]
             rows = rows[picked]

@@ -133,6 +133,7 @@ class BrokerSelector:
         self._over_topics: set[str] | None = None
         self._order: LeastRateOrder | None = None
         self._live_set: frozenset[str] = frozenset()
+        self._usage: dict[str, float] = {}  # broker -> its report's max resource usage
 
     @property
     def strategy(self) -> PlacementStrategy[Any]:
@@ -184,7 +185,7 @@ class BrokerSelector:
             chosen = self._run_strategy(candidates, bundle, data)
             if chosen is None:
                 return None
-            if self._view.brokers[chosen].report.max_resource_usage() > threshold:
+            if self._max_usage(chosen) > threshold:
                 chosen = self._run_strategy(full, bundle, data) or chosen
         if self._config.load_balancer_placement_projected_overload_check_enabled:
             full = self._full(excluded)
@@ -197,6 +198,15 @@ class BrokerSelector:
         if self._order is not None:
             self._order.rescore(chosen)
         return chosen
+
+    def _max_usage(self, broker: str) -> float:
+        """The broker's ``report.max_resource_usage()``, worked out once per selector (its view
+        is fixed, and a cycle that moves thousands of bundles re-checks the chosen broker for
+        each)."""
+        usage = self._usage.get(broker)
+        if usage is None:
+            usage = self._usage[broker] = self._view.brokers[broker].report.max_resource_usage()
+        return usage
 
     def _full(self, excluded: set[str]) -> list[str]:
         """The live brokers not excluded, sorted: every candidate before the filters."""
@@ -245,7 +255,7 @@ class BrokerSelector:
         chosen = self._walk(order, excluded, over, ns)
         if chosen is None:
             return None
-        if self._view.brokers[chosen].report.max_resource_usage() > threshold:
+        if self._max_usage(chosen) > threshold:
             # every kept candidate is overloaded: choose again among all, as ``select`` does
             chosen = self._walk(order, excluded, set(), None) or chosen
         return chosen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
@@ -361,3 +362,34 @@ def test_decision_id_examples_of_each_path() -> None:
     assert decision_id("1", SPLIT, b, "a", None, (5,)) == _json_id(
         "1", SPLIT, b, "a", None, (5,), None
     )
+
+
+def test_decisions_made_slot_by_slot_are_ordinary_decisions() -> None:
+    """``make_decision`` and ``transfer_of`` set a decision's slots directly instead of
+    calling the dataclass constructor; what they give must equal, print and
+    ``replace`` like the same decision built with ``Decision(...)``, field by field."""
+    import dataclasses
+
+    made = make_decision(cycle="c9", kind=SPLIT, bundle=B, source_broker="b1",
+                         destination_broker=None, split_boundaries=(0x40000000,),
+                         split_algorithm="range_equally_divide", reason="Topics",
+                         strategy="BundleSplitterTask", inputs={"topics": 3},
+                         decided_at_ms=77)  # fmt: skip
+    built = Decision(**{f.name: getattr(made, f.name) for f in dataclasses.fields(Decision)})
+    assert [getattr(made, f.name) for f in dataclasses.fields(Decision)] == [
+        made.id, SPLIT, B, "b1", None, (0x40000000,), "range_equally_divide", None, "Topics",
+        "BundleSplitterTask", {"topics": 3}, "c9", 77, built.schema_version,
+    ]  # fmt: skip
+    assert made == built and repr(made) == repr(built)
+    assert dataclasses.replace(made, reason="x") == dataclasses.replace(built, reason="x")
+    unload = make_decision(cycle="c9", kind=UNLOAD, bundle=B, source_broker="b1",
+                           reason="Overloaded", strategy="ThresholdShedder",
+                           decided_at_ms=5)  # fmt: skip
+    moved = transfer_of(unload, cycle="c9", destination="b2", inputs={"k": 1.5})
+    want = Decision(id=moved.id, kind=TRANSFER, bundle=B, source_broker="b1",
+                    destination_broker="b2", reason="Overloaded", strategy="ThresholdShedder",
+                    inputs=MappingProxyType({"k": 1.5}), cycle="c9",
+                    decided_at_ms=5)  # fmt: skip
+    assert moved == want and repr(moved) == repr(want)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        moved.reason = "y"  # type: ignore[misc]
