@@ -86,11 +86,15 @@ _RESOURCES = (
 
 
 def report_from_doc(
-    doc: Mapping[str, Any], broker: str, last_stats: Mapping[str, NamespaceBundleStats]
+    doc: Mapping[str, Any],
+    broker: str,
+    last_stats: Mapping[str, NamespaceBundleStats],
+    bundles: frozenset[str] | None = None,
 ) -> LocalBrokerData:
     """Rebuild a report the codec already validated (no second validation: 5,000 bundle names
     per report would cost more than the rest of the decision stage). ``last_stats`` is used as
-    given, so it must be read-only (the view passes a lazy ``_LastStats``)."""
+    given, so it must be read-only (the view passes a lazy ``_LastStats``); so is ``bundles``,
+    the set of the document's bundle list when the caller has it already."""
     kw = {
         attr: ResourceUsage(float(doc[key]["usage"]), float(doc[key]["limit"]))
         for key, attr in _RESOURCES
@@ -106,7 +110,7 @@ def report_from_doc(
         num_bundles=int(doc.get("numBundles", 0)),
         num_consumers=int(doc.get("numConsumers", 0)),
         num_producers=int(doc.get("numProducers", 0)),
-        bundles=frozenset(doc.get("bundles") or ()),
+        bundles=frozenset(doc.get("bundles") or ()) if bundles is None else bundles,
         last_stats=last_stats,
         last_update_ms=int(doc.get("lastUpdate", 0)),
         web_service_url=doc.get("webServiceUrl") or "",
@@ -503,22 +507,30 @@ class _Columns:
     would have found nothing in."""
 
     def __init__(self, made: Mapping[str, _Made]) -> None:
-        states = [made[key].state for key in sorted(made)]
+        keys = sorted(made)
+        states = [made[key].state for key in keys]
         self.offset: dict[str, int] = {}
         total = 0
-        for key, state in zip(sorted(made), states, strict=True):
+        for key, state in zip(keys, states, strict=True):
             self.offset[key] = total
             total += len(state)
         self.default_row = total  # the last row: a bundle without data
-        self.values = np.concatenate(
-            [np.hstack((m.short_avg, m.long_avg)) for m in states] + [_DEFAULT_SUMS[None, :]]
-        )
-        # the last samples (``lastStats``), for ``_LastStats.sample_columns``
-        self.last = np.concatenate([m.last_values for m in states] + [np.zeros((1, 4))])
-        counts = np.concatenate([m.last_counts for m in states] + [np.zeros((1, 3), np.int64)])
-        long_avg = np.concatenate([m.long_avg for m in states] + [np.zeros((1, 4))])
+        # each column filled in place, shard by shard (one copy of every array)
+        self.values = np.empty((total + 1, 8))
+        self.last = np.empty((total + 1, 4))  # the last samples (``_LastStats.sample_columns``)
+        counts = np.empty((total + 1, 3), dtype=np.int64)
+        for key, state in zip(keys, states, strict=True):
+            at, n = self.offset[key], len(state)
+            self.values[at : at + n, :4] = state.short_avg
+            self.values[at : at + n, 4:] = state.long_avg
+            self.last[at : at + n] = state.last_values
+            counts[at : at + n] = state.last_counts
+        self.values[total] = _DEFAULT_SUMS
+        self.last[total] = 0.0
+        counts[total] = 0
         self.topics = counts[:, 0]
         self.sessions = counts[:, 1] + counts[:, 2]  # consumers + producers
+        long_avg = self.values[:, 4:]  # the default row is never judged (``digest``)
         self.rate = long_avg[:, 2] + long_avg[:, 3]  # STAT_COLUMNS: rates in, out
         self.throughput = long_avg[:, 0] + long_avg[:, 1]  # throughputs in, out
 
@@ -573,6 +585,7 @@ class _BrokerRows:
     judged: list[int]
     counts: dict[str, int]
     row_array: np.ndarray  # ``rows`` as an array (``_BundleData.short_term_ranking``)
+    bundle_set: frozenset[str]  # the members as the report's ``bundles``
     # name test -> the members it is true of (the shedders' system-namespace test, asked again
     # every cycle while the list stays the same)
     tested: dict[Callable[[str], bool], frozenset[str]]
@@ -608,7 +621,9 @@ class _BrokerRows:
                 judged.append(row)
         counts = dict(Counter(map(bundle_namespace, members)))
         row_array = np.array(rows, dtype=np.int64)
-        return cls(list(listed), members, rows, names, judged, counts, row_array, {})
+        return cls(
+            list(listed), members, rows, names, judged, counts, row_array, frozenset(members), {}
+        )
 
 
 class DriverView:
@@ -769,7 +784,7 @@ class DriverView:
                 got = cache[broker] = _BrokerRows.of(broker, listed, where, outside, owners,
                                                      columns)  # fmt: skip
             last_stats = _LastStats(got.names, made, where, columns, got.judged)
-            report = report_from_doc(doc, broker, last_stats)
+            report = report_from_doc(doc, broker, last_stats, got.bundle_set)
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
             taken[broker] = (report.bundles, got)
             averages[broker] = columns.time_average(got.row_array, self._sums, broker)

@@ -235,6 +235,7 @@ def _view_figures(view) -> dict:
     for broker, bv in view.brokers.items():
         d = view.report_digests.by_broker[broker]
         out[broker] = (
+            bv.report.bundles,
             list(bv.report.last_stats),
             bv.time_average,
             (d.max_topics, d.max_sessions, d.max_long_term_msg_rate),
