@@ -121,6 +121,11 @@ class RedisProgress:
         self._keys = Keys(prefix)
         self._codec: CycleStateCodec = codec or CycleStateJson()
         self.snapshot = LoadSnapshot(client, prefix)
+        # the last state dumped and its text: every batch commits the state, which changes
+        # only when a policy cycle runs, and at a million bundles its grace-period list takes
+        # tens of ms to write out (the state is a frozen value, so the same object is the
+        # same text)
+        self._dumped: tuple[CycleState, str] | None = None
 
     @classmethod
     def from_url(
@@ -222,7 +227,7 @@ class RedisProgress:
     ) -> None:
         """Snapshot changes and progress, atomically; the pending record (the namespaces the
         batch's cycle reads) ends here unless that cycle is still to run."""
-        state = self._codec.dump(progress.cycle_state)
+        state = self._dump(progress.cycle_state)
         pipe = self._r.pipeline(transaction=True)
         self.snapshot.stage_changes(pipe, brokers, removed_brokers, shards, removed_shards)
         self._write_progress(pipe, progress, state)
@@ -231,10 +236,18 @@ class RedisProgress:
     def commit_cycle(self, progress: Progress) -> None:
         """A pending cycle's outcome (its ``CycleState``, ``cycle_pending`` off) and the end of
         the pending record, atomically; the snapshot is the one its batch committed."""
-        state = self._codec.dump(progress.cycle_state)
+        state = self._dump(progress.cycle_state)
         pipe = self._r.pipeline(transaction=True)
         self._write_progress(pipe, progress, state)
         pipe.execute()
+
+    def _dump(self, state: CycleState) -> str:
+        dumped = self._dumped
+        if dumped is not None and dumped[0] is state:
+            return dumped[1]
+        text = self._codec.dump(state)
+        self._dumped = (state, text)
+        return text
 
     def _write_progress(self, pipe: Any, progress: Progress, state: str) -> None:
         pipe.hset(

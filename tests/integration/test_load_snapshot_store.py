@@ -48,3 +48,32 @@ def test_an_unknown_version_is_refused(fresh_redis):
 def test_a_snapshot_without_the_version_key_reads_as_version_1(fresh_redis):
     fresh_redis.hset(Keys("p").load_shards(), mapping=shards_from_docs(DOCS))
     assert set(LoadSnapshot(fresh_redis, "p").read().owners()) == set(NAMES)
+
+
+def test_the_cycle_state_is_written_out_once_per_state_and_read_back_as_committed(fresh_redis):
+    """Every batch commits the ``CycleState``, which changes only when a cycle runs: the same
+    state object is dumped once and its text reused, a new state (even an equal one) is dumped
+    again, and what Redis holds after each commit reads back as that commit's state."""
+    from types import MappingProxyType
+
+    from loadbalance.cycle import CycleState
+    from metadata_store.cycle_state import CycleStateJson
+
+    dumps = []
+
+    class Counting(CycleStateJson):
+        def dump(self, state):
+            dumps.append(state)
+            return super().dump(state)
+
+    progress = RedisProgress(fresh_redis, "p", codec=Counting())
+    first = CycleState(last_shedding_ms=5, recently_unloaded=MappingProxyType({"t/ns/b": 5}))
+    for batch in (1, 2, 3):
+        progress.commit(Progress(batch, batch * 1000, first), {}, [], {}, [])
+    assert len(dumps) == 1 and progress.read() == Progress(3, 3000, first)
+    second = CycleState(last_shedding_ms=9, recently_unloaded=MappingProxyType({"t/ns/c": 9}))
+    progress.commit_cycle(Progress(4, 4000, second))
+    assert progress.read() == Progress(4, 4000, second)
+    equal = CycleState(last_shedding_ms=9, recently_unloaded=MappingProxyType({"t/ns/c": 9}))
+    progress.commit(Progress(5, 5000, equal), {}, [], {}, [])
+    assert progress.read() == Progress(5, 5000, second)
