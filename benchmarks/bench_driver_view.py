@@ -12,7 +12,7 @@ view from those. This script builds that driver state from the same seeded synth
 * **view, warm**: the next one, nothing changed (a cycle after quiet batches);
 * **step**: ``cycle.step`` over that view for the default pair (and the CPU of encoding its
   decisions, as the decision stage publishes them), then two consecutive cycles for each other
-  pair of ``bench_cycle.SHEDDERS`` (the digest covers the decisions of both).
+  pair of ``bench_cycle.SHEDDERS``, each timed (the digest covers the decisions of both).
 
 ``--stream-shape`` makes the brokers as ``bench_stream.py`` does (random CPU per broker), so
 the default pair moves thousands of bundles per cycle, as in the streaming job's benchmark.
@@ -106,22 +106,25 @@ def main(argv: list[str] | None = None) -> int:
         text = json.dumps([decision_to_dict(d) for d in decisions], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def cycle(config: LoadBalancerConfig, steps: int) -> tuple[float, float, list]:
+    def cycle(config: LoadBalancerConfig, steps: int) -> tuple[float, list[float], list]:
         with gc_paused():
             t0 = time.process_time()
             cv = view.cluster_view(namespaces)
             t1 = time.process_time()
-            state, decisions = CycleState(), []
+            view_ms = (t1 - t0) * 1000
+            state, decisions, step_ms = CycleState(), [], []
             for i in range(steps):
                 state, result = step(state, cv, config, now_ms=now + (i + 1) * 60_000,
                                      cycle=str(i + 1))  # fmt: skip
                 decisions += result.decisions
-            t2 = time.process_time()
-        return (t1 - t0) * 1000, (t2 - t1) * 1000, decisions
+                t2 = time.process_time()
+                step_ms.append((t2 - t1) * 1000)
+                t1 = t2
+        return view_ms, step_ms, decisions
 
     print(f"{args.bundles:,} bundles on {args.brokers} brokers, {len(blobs)} shards; CPU ms")
     default = LoadBalancerConfig()
-    view_ms, step_ms, decisions = cycle(default, 1)
+    view_ms, (step_ms,), decisions = cycle(default, 1)
     t0 = time.process_time()
     for d in decisions:
         encode_decision(d)
@@ -129,14 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"default pair: view cold {view_ms:,.0f}, step {step_ms:,.0f}, "
           f"{len(decisions)} decisions {digest(decisions)}, "
           f"encoding them {encode_ms:,.0f}")  # fmt: skip
-    view_ms, step_ms, _ = cycle(default, 1)
+    view_ms, (step_ms,), _ = cycle(default, 1)
     print(f"default pair: view warm {view_ms:,.0f}, step {step_ms:,.0f}")
     for name, (shedder, placement) in SHEDDERS.items():
         config = LoadBalancerConfig(
             loadBalancerLoadSheddingStrategy=shedder, loadBalancerLoadPlacementStrategy=placement
         )
-        view_ms, step_ms, decisions = cycle(config, 2)
-        print(f"{name}: view warm {view_ms:,.0f}, two steps {step_ms:,.0f}, "
+        view_ms, steps_ms, decisions = cycle(config, 2)
+        print(f"{name}: view warm {view_ms:,.0f}, "
+              f"two steps {' + '.join(f'{ms:,.0f}' for ms in steps_ms)}, "
               f"{len(decisions)} decisions {digest(decisions)}")  # fmt: skip
     return 0
 
