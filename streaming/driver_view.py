@@ -27,7 +27,11 @@ before anyone reads them). The cycle's view reads the decoded arrays through laz
 mappings (``bundle_data``, each broker's ``lastStats``): a bundle's frozen values are made the
 first time a policy reads them, a whole broker at once, and kept while its row is unchanged. The
 per-broker figures every cycle needs (the sums, the report digests) come from the arrays, so a
-cycle over a million bundles makes values only for the brokers its policies look at.
+cycle over a million bundles makes values only for the brokers its policies look at; a broker's
+sums are kept while the values they were made from stay the same, and the warm-up before a
+cycle makes them ahead. Policies that rank all of a broker's bundles (the shedders) ask the view
+for the ranking or the figures as arrays (``short_term_ranking``, ``_LastStats.sample_columns``)
+instead of reading a value per bundle.
 """
 
 from __future__ import annotations
