@@ -175,6 +175,46 @@ def test_gc_is_paused_while_any_thread_materialises_and_restored_after():
         gc.enable()
 
 
+def test_a_pause_ends_by_freezing_what_is_alive_and_every_tenth_hands_it_back(monkeypatch):
+    """After a pause the objects then alive are frozen (no collection walks them; reference
+    counting still frees them); every ``FREEZES_PER_SWEEP``-th pause unfreezes them and runs a
+    full collection, so cyclic garbage made in between is collected. A caller that turned the
+    collector off itself gets neither."""
+    import gc
+    import weakref
+
+    from streaming import driver_view
+
+    gc.unfreeze()
+    monkeypatch.setattr(driver_view, "_GC_FROZEN", [0])
+
+    class Node:
+        pass
+
+    with driver_view.gc_paused():
+        cycle = Node()
+        cycle.me = cycle  # a reference cycle: only the collector frees it
+        gone = weakref.ref(cycle)
+        del cycle
+    assert gc.get_freeze_count() > 0 and gc.isenabled()
+    gc.collect()
+    assert gone() is not None  # frozen: a full collection does not walk it
+    for _ in range(driver_view.FREEZES_PER_SWEEP - 2):
+        with driver_view.gc_paused():
+            pass
+    assert gone() is not None and gc.get_freeze_count() > 0
+    with driver_view.gc_paused():
+        pass  # the tenth: handed back and collected
+    assert gone() is None and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        with driver_view.gc_paused():
+            pass
+        assert gc.get_freeze_count() == 0 and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_background_threads_run_nicer_than_the_rest_of_the_process():
     import os
     import sys
