@@ -464,17 +464,20 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        sweep = False
         with _GC_LOCK:
             _GC_HOLDS[0] -= 1
             if _GC_HOLDS[0] == 0 and _GC_HOLDS[1]:
                 _GC_FROZEN[0] += 1
                 if _GC_FROZEN[0] >= FREEZES_PER_SWEEP:
                     gc.unfreeze()
-                    gc.collect()
                     _GC_FROZEN[0] = 0
+                    sweep = True
                 else:
                     gc.freeze()
                 gc.enable()
+        if sweep:  # outside the lock: a collection runs finalizers, which may take locks
+            gc.collect()
 
 
 def _max_or_minus_inf(values: np.ndarray) -> float:
