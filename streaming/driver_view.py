@@ -222,12 +222,12 @@ class _BundleData(Mapping[str, BundleData]):
         outside: frozenset[str],
         columns: _Columns,
         rows: Mapping[str, int],
-        brokers: Mapping[str, tuple[frozenset[str], _BrokerRows]] | None = None,
+        brokers: Mapping[str, _BrokerRows] | None = None,
     ):
         self._made, self._where, self._outside = made, where, outside
         # the view's columns and each bundle's row in them (``short_term_totals`` reads them)
         self._columns, self._rows = columns, rows
-        # broker -> (its report's bundle set, the rows the view took from its list)
+        # broker -> the rows the view took from its list (and the report's bundle set)
         self._brokers = brokers or {}
         self._len = len(where) - sum(1 for n in outside if n in where)
 
@@ -293,11 +293,10 @@ class _BundleData(Mapping[str, BundleData]):
         looks up each name in a million-entry index and sorts tuples in Python. ``None`` (the
         caller ranks the generic way) when ``bundles`` is not the set this view took the rows
         from, or a sum is NaN (Python's sort leaves a NaN where the input order puts it)."""
-        entry = self._brokers.get(broker)
-        if entry is None or entry[0] is not bundles:
+        got = self._brokers.get(broker)
+        if got is None or got.bundle_set is not bundles:
             return None
-        got = entry[1]
-        members, rows = got.members, got.row_array
+        members, rows = got.members, got.rows
         system = got.matching(skip_name)
         drop = set(system)
         if taken:
@@ -605,11 +604,10 @@ class _BrokerRows:
 
     listed: list[str]  # the report's list, as given
     members: list[str]  # the same without repeats
-    rows: list[int]
+    rows: np.ndarray  # each member's row (int64)
     names: list[str]
     judged: list[int]
     counts: dict[str, int]
-    row_array: np.ndarray  # ``rows`` as an array (``_BundleData.short_term_ranking``)
     bundle_set: frozenset[str]  # the members as the report's ``bundles``
     # name test -> the members it is true of (the shedders' system-namespace test, asked again
     # every cycle while the list stays the same)
@@ -646,9 +644,7 @@ class _BrokerRows:
                 judged.append(row)
         counts = dict(Counter(map(bundle_namespace, members)))
         row_array = np.array(rows, dtype=np.int64)
-        return cls(
-            list(listed), members, rows, names, judged, counts, row_array, frozenset(members), {}
-        )
+        return cls(list(listed), members, row_array, names, judged, counts, frozenset(members), {})
 
 
 class DriverView:
@@ -796,7 +792,7 @@ class DriverView:
             cache.clear()  # rows renumbered, or other bundles left out
         moved, self._moved = self._moved, set()
         brokers: dict[str, BrokerLoad] = {}
-        taken: dict[str, tuple[frozenset[str], _BrokerRows]] = {}
+        broker_rows: dict[str, _BrokerRows] = {}  # what each broker's report was made from
         averages: dict[str, TimeAverageBrokerData] = {}
         digests: dict[str, ReportDigest] = {}
         for broker in sorted(self._brokers):
@@ -811,8 +807,8 @@ class DriverView:
             last_stats = _LastStats(got.names, made, where, columns, got.judged)
             report = report_from_doc(doc, broker, last_stats, got.bundle_set)
             brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
-            taken[broker] = (report.bundles, got)
-            averages[broker] = columns.time_average(got.row_array, self._sums, broker)
+            broker_rows[broker] = got
+            averages[broker] = columns.time_average(got.rows, self._sums, broker)
             digests[broker] = columns.digest(report, got.judged, got.counts)
         for broker in set(cache) - set(brokers):  # not looked at: ``moved`` is not kept for it
             del cache[broker]
@@ -821,7 +817,7 @@ class DriverView:
         self._rows_where, self._rows_outside = where, outside
         state = LoadState(
             MappingProxyType(brokers),
-            _BundleData(made, where, outside, columns, self._rows_of(made, where), taken),
+            _BundleData(made, where, outside, columns, self._rows_of(made, where), broker_rows),
             MappingProxyType(digests),
         )
         return build_view(state, namespaces=namespaces, time_averages=averages)
@@ -923,7 +919,7 @@ class DriverView:
         with self._lock, gc_paused():
             columns = _Columns(dict(self._made))
             for broker in sorted(cache):
-                columns.time_average(cache[broker].row_array, self._sums, broker)
+                columns.time_average(cache[broker].rows, self._sums, broker)
 
     def wait_warm(self) -> None:
         if self._warming is not None:
