@@ -80,6 +80,7 @@ from loadbalance.model import (
 )
 from loadbalance.report_columns import (
     MAX_NUMBER,
+    KnownBundleLists,
     ReportColumns,
     bundle_columns,
     columns_from_stats,
@@ -230,10 +231,13 @@ def decode_report_columns(
     broker_id: str | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_REPORT_BYTES,
+    known: KnownBundleLists | None = None,
 ) -> ReportColumns:
     """Decode one report into columns; ``broker_id`` is the record key, else
-    ``webServiceUrl``'s host:port. The one decoder (see the module docstring)."""
-    return columns_from_document(load_report_document(raw, max_bytes=max_bytes), broker_id)
+    ``webServiceUrl``'s host:port. The one decoder (see the module docstring). ``known``
+    remembers the bundle lists already checked, for a reader of many reports."""
+    doc = load_report_document(raw, max_bytes=max_bytes)
+    return columns_from_document(doc, broker_id, known)
 
 
 def decode_report(
@@ -323,11 +327,13 @@ def _fast_json(raw: bytes | bytearray | str) -> Any:
     return doc
 
 
-def columns_from_document(doc: dict[str, Any], broker_id: str | None = None) -> ReportColumns:
+def columns_from_document(
+    doc: dict[str, Any], broker_id: str | None = None, known: KnownBundleLists | None = None
+) -> ReportColumns:
     """The last step of ``decode_report_columns``: ``columns_from_dict`` with field and reason
     capped."""
     try:
-        return columns_from_dict(doc, broker_id)
+        return columns_from_dict(doc, broker_id, known=known)
     except InvalidReport as e:
         if len(e.field) <= MAX_REASON_CHARS and len(e.reason) <= MAX_REASON_CHARS:
             raise
@@ -419,12 +425,18 @@ def _bundles_container(raw_bundles: Any) -> list[Any] | None:
     return raw_bundles
 
 
-def _judge_bundles(raw_stats: Any, path: str, raw_bundles: Any, issues: _Issues) -> _Bundles:
+def _judge_bundles(
+    raw_stats: Any,
+    path: str,
+    raw_bundles: Any,
+    issues: _Issues,
+    known: KnownBundleLists | None = None,
+) -> _Bundles:
     """The per-bundle rules over a report's stats object and (``LocalBrokerData`` only) its
     ``bundles`` list: containers first, then each entry, then the overlap rule."""
     stats_doc = _stats_container(raw_stats, path)
     listed_doc = _bundles_container(raw_bundles)
-    fast = bundle_columns(stats_doc, listed_doc)
+    fast = bundle_columns(stats_doc, listed_doc, known)
     if fast is not None:
         return _Bundles(*fast)
     return _judge_each_bundle(stats_doc, path, listed_doc, issues)
@@ -491,11 +503,16 @@ def report_from_dict(
 
 
 def columns_from_dict(
-    doc: Mapping[str, Any], broker_id: str | None = None, *, report_type: str | None = None
+    doc: Mapping[str, Any],
+    broker_id: str | None = None,
+    *,
+    report_type: str | None = None,
+    known: KnownBundleLists | None = None,
 ) -> ReportColumns:
     """Validate an already-parsed report document of any of the three load managers.
 
-    ``report_type`` forces the document kind (default: ``report_type_of(doc)``)."""
+    ``report_type`` forces the document kind (default: ``report_type_of(doc)``); ``known`` is
+    ``decode_report_columns``'."""
     kind = report_type or report_type_of(doc)
     web = _text(doc.get("webServiceUrl") or "", "webServiceUrl")
     broker = _broker_id(doc, broker_id, web)
@@ -508,7 +525,7 @@ def columns_from_dict(
             system = None
         kw.update(_resources(doc if system is None else system, "" if system is None
                              else "systemResourceUsage.", issues))  # fmt: skip
-        found = _judge_bundles(doc.get("bundleStats"), "bundleStats", None, issues)
+        found = _judge_bundles(doc.get("bundleStats"), "bundleStats", None, issues, known)
         tp_in, tp_out, rate_in, rate_out = found.values.T.tolist()
         topics, consumers, producers = found.counts.T.tolist()
         kw.update(
@@ -543,7 +560,7 @@ def columns_from_dict(
             kw[attr] = _number(doc.get(key, 0.0), key)
         for key, attr in _COUNTS:
             kw[attr] = _count(doc.get(key, 0), key)
-        found = _judge_bundles(doc.get("lastStats"), "lastStats", doc.get("bundles"), issues)
+        found = _judge_bundles(doc.get("lastStats"), "lastStats", doc.get("bundles"), issues, known)
         update_key = "lastUpdate"
         source = doc.get("sourceReportType")  # written by report_to_dict for a re-read
         if source in REPORT_TYPES:

@@ -27,9 +27,11 @@ so), the record key, topic, partition, offset and timestamp, and the ``field`` a
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +40,7 @@ import pandas as pd
 
 from loadbalance.errors import InvalidInput
 from loadbalance.report_codec import decode_report_columns, report_to_dict
-from loadbalance.report_columns import ReportColumns
+from loadbalance.report_columns import KnownBundleLists, ReportColumns
 from loadbalance.view import UsageWeights
 from streaming import stage_timing
 from streaming.schema import (
@@ -46,14 +48,13 @@ from streaming.schema import (
     DEAD,
     DEAD_KEY,
     ISSUES_FIELD,
-    ISSUES_MARK,
     PARSED_FIELDS,
     REPORT,
     SAMPLES,
     SHARD_PREFIX,
     frame,
 )
-from streaming.shard_state import pack_samples, shard_of
+from streaming.shard_state import pack_encoded_samples, samples_names, shard_of
 
 log = logging.getLogger("streaming.parse")
 
@@ -144,12 +145,22 @@ def report_rows(
     offset: int,
 ) -> list[tuple[Any, ...]]:
     """The ``report`` row and the per-shard ``samples`` rows of one decoded report."""
+    rows = _rows_of(columns, settings, event_ms, partition, offset)
+    return [_with_document(rows[0]), *rows[1:]]
+
+
+def _rows_of(
+    columns: ReportColumns,
+    settings: ParseSettings,
+    event_ms: int,
+    partition: int,
+    offset: int,
+) -> list[tuple[Any, ...]]:
+    """``report_rows`` with the report row's document not yet written: its place holds the
+    report's head (``_with_document`` or ``_with_issues_only`` writes it)."""
     head = columns.head
     broker = head.broker
-    doc = report_to_dict(head)  # the head's last_stats is empty, and not part of the row
-    del doc["lastStats"]
     if head.issue_counts:
-        doc[ISSUES_FIELD] = dict(head.issue_counts)
         _warn_issues(head)
     rows: list[tuple[Any, ...]] = [
         (
@@ -161,18 +172,13 @@ def report_rows(
             offset,
             settings.weights.weighted_max(head),
             head.msg_throughput,
-            json.dumps(doc, separators=(",", ":")).encode(),
+            head,
         )
     ]
     names, values, counts = columns.names, columns.values, columns.counts
     if not names:
         return rows
-    shards = np.array(_shards_of(names, settings.n_shards), dtype=np.int64)
-    order = np.argsort(shards, kind="stable")
-    bounds = np.flatnonzero(np.diff(shards[order])) + 1
-    for part in np.split(order, bounds):
-        shard = int(shards[part[0]])
-        block = pack_samples([names[i] for i in part.tolist()], values[part], counts[part])
+    for shard, block in _sample_blocks(names, values, counts, settings.n_shards):
         rows.append(
             (
                 SHARD_PREFIX + str(shard),
@@ -187,6 +193,80 @@ def report_rows(
             )
         )
     return rows
+
+
+def _with_document(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The report row with its document: the report without ``lastStats`` (the samples rows
+    carry those), plus ``reportIssues`` when the codec ignored something in it."""
+    head = row[-1]
+    doc = report_to_dict(head)  # the head's last_stats is empty, and not part of the row
+    del doc["lastStats"]
+    if head.issue_counts:
+        doc[ISSUES_FIELD] = dict(head.issue_counts)
+    return (*row[:-1], json.dumps(doc, separators=(",", ":")).encode())
+
+
+def _with_issues_only(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The report row of a report whose document is dropped: what is kept is a document of its
+    ``reportIssues`` alone, which the state step sums over the broker's reports of the batch
+    (``None`` when it has none, the usual case)."""
+    issues = row[-1].issue_counts
+    return (*row[:-1], json.dumps({ISSUES_FIELD: dict(issues)}).encode() if issues else None)
+
+
+class _ShardPlans:
+    """Bundle names in report order -> which rows of the report go to which shard, with each
+    shard's names part of the sample block already encoded.
+
+    Why: a broker names the same bundles in the same order in report after report, and
+    hashing 2,500 names to their shards, grouping them and encoding the names of each group
+    costs about ten times the digest that finds the plan again. Keyed by a BLAKE2b digest of
+    the names (``KnownBundleLists.key``) and the shard count; emptied when the encoded names
+    reach ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._plans: dict[bytes, list[tuple[int, np.ndarray, tuple[bytes, int]]]] = {}
+        self._bytes = 0
+        self._max_bytes = max_bytes
+
+    def plan(
+        self, names: list[str], n_shards: int
+    ) -> list[tuple[int, np.ndarray, tuple[bytes, int]]]:
+        digest = KnownBundleLists.key(names, None)
+        key = None if digest is None else digest + n_shards.to_bytes(4, "little")
+        found = None if key is None else self._plans.get(key)
+        if found is not None:
+            return found
+        shards = np.array(_shards_of(names, n_shards), dtype=np.int64)
+        order = np.argsort(shards, kind="stable")
+        bounds = np.flatnonzero(np.diff(shards[order])) + 1
+        made = []
+        size = 0
+        for part in np.split(order, bounds):
+            encoded = samples_names([names[i] for i in part.tolist()])
+            made.append((int(shards[part[0]]), part, encoded))
+            size += len(encoded[0]) + part.nbytes
+        if key is not None:
+            if self._bytes + size > self._max_bytes:
+                self._plans.clear()
+                self._bytes = 0
+            self._plans[key] = made
+            self._bytes += size
+        return made
+
+
+_PLANS_MAX_BYTES = 128 * 1024 * 1024
+_plans = _ShardPlans(_PLANS_MAX_BYTES)
+_known_lists = KnownBundleLists()
+"""Per worker process: the bundle lists already checked (``decode_report_columns``)."""
+
+
+def _sample_blocks(
+    names: list[str], values: np.ndarray, counts: np.ndarray, n_shards: int
+) -> Iterator[tuple[int, bytes]]:
+    """``(shard, sample block)`` for each shard the report's bundles fall into, by shard."""
+    for shard, part, encoded in _plans.plan(names, n_shards):
+        yield shard, pack_encoded_samples(encoded, values[part], counts[part])
 
 
 _SHARD_CACHE_MAX = 4_000_000
@@ -238,10 +318,28 @@ def parse_record(
     settings: ParseSettings,
 ) -> list[tuple[Any, ...]]:
     """Rows for one Kafka record; never raises."""
+    rows = _record_rows(value, key, topic, partition, offset, timestamp_ms, settings)
+    if rows[0][1] == REPORT:
+        rows[0] = _with_document(rows[0])
+    return rows
+
+
+def _record_rows(
+    value: bytes | None,
+    key: bytes | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int,
+    settings: ParseSettings,
+) -> list[tuple[Any, ...]]:
+    """``parse_record`` with a report row's document not yet written (``_rows_of``)."""
     try:
         # the size limit is checked before anything is parsed
-        columns = decode_report_columns(value, _broker_id(key), max_bytes=settings.max_report_bytes)
-        return report_rows(columns, settings, timestamp_ms, partition, offset)
+        columns = decode_report_columns(
+            value, _broker_id(key), max_bytes=settings.max_report_bytes, known=_known_lists
+        )
+        return _rows_of(columns, settings, timestamp_ms, partition, offset)
     except InvalidInput as e:
         field, reason = e.field, e.reason
     except Exception as e:  # one bad record must never stop the query
@@ -261,44 +359,53 @@ def parse_records(
 ) -> list[tuple[Any, ...]]:
     """Parsed rows for a run of Kafka records (columns of equal length); never raises.
 
-    Only each broker's latest report of the run, by ``(event_ms, partition, offset)``, keeps its
+    Only each broker's latest report of the run, by ``(event_ms, partition, offset)``, gets its
     document in its ``report`` row; the others carry ``None`` there. Why: the state step keeps
     every report's usage and throughput but passes on only the document of a broker's latest
     report in the batch, and the document (the broker's whole bundle list) is the largest part
-    of the row; during a catch-up a run holds many reports of each broker, whose documents were
-    shuffled to the state step only to be dropped. The latest report of a batch is the latest
-    of the run it came in, so it always has its document. A run whose latest report Spark drops
-    as late has only late reports of that broker (they are not newer), so none is lost. A
-    dropped document that lists ``reportIssues`` leaves a document of those alone, so that the
-    issues are still counted."""
+    of the row, and writing it a fifth of a report's parse; during a catch-up a run holds many
+    reports of each broker, whose documents would be shuffled to the state step only to be
+    dropped. The latest report of a batch is the latest of the run it came in, so it always
+    has its document. A run whose latest report Spark drops as late has only late reports of
+    that broker (they are not newer), so none is lost. A report without its document that
+    lists ``reportIssues`` gets a document of those alone, so that the issues are still
+    counted.
+
+    The collector is paused over the run: the decoded documents are tens of thousands of
+    short-lived objects per report, freed by reference counting, and the collections they would
+    set off walk everything the worker keeps alive."""
     rows: list[tuple[Any, ...]] = []
-    for value, key, topic, partition, offset, ts in zip(
-        values, keys, topics, partitions, offsets, timestamps_ms, strict=True
-    ):
-        rows.extend(
-            parse_record(_bytes(value), _bytes(key), topic, partition, offset, int(ts), settings)
-        )
+    with _collector_paused():
+        for value, key, topic, partition, offset, ts in zip(
+            values, keys, topics, partitions, offsets, timestamps_ms, strict=True
+        ):
+            rows.extend(
+                _record_rows(
+                    _bytes(value), _bytes(key), topic, partition, offset, int(ts), settings
+                )
+            )
     latest: dict[str, int] = {}
     for i, row in enumerate(rows):
         if row[1] == REPORT:
             j = latest.get(row[0])
             if j is None or row[3:6] > rows[j][3:6]:
                 latest[row[0]] = i
-    if len(latest) < sum(1 for row in rows if row[1] == REPORT):
-        keep = set(latest.values())
-        for i, row in enumerate(rows):
-            if row[1] == REPORT and i not in keep:
-                rows[i] = (*row[:-1], _issues_only(row[-1]))
+    keep = set(latest.values())
+    for i, row in enumerate(rows):
+        if row[1] == REPORT:
+            rows[i] = _with_document(row) if i in keep else _with_issues_only(row)
     return rows
 
 
-def _issues_only(doc: bytes | None) -> bytes | None:
-    """What is kept of a dropped report document: its ``reportIssues``, which the state step
-    sums over the broker's reports of the batch (None when it has none, the usual case)."""
-    if doc is None or ISSUES_MARK.encode() not in doc:
-        return None
-    issues = json.loads(doc).get(ISSUES_FIELD)
-    return json.dumps({ISSUES_FIELD: issues}).encode() if issues else None
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def parsed_arrow_batch(rows: list[tuple[Any, ...]]) -> Any:

@@ -89,12 +89,26 @@ def _split(raw: bytes) -> list[str]:
 
 def pack_samples(names: list[str], values: np.ndarray, counts: np.ndarray) -> bytes:
     """One report's samples of one shard: names, float64 ``[m, 4]``, int64 ``[m, 3]``."""
+    return pack_encoded_samples(samples_names(names), values, counts)
+
+
+def samples_names(names: list[str]) -> tuple[bytes, int]:
+    """The names part of a sample block (``pack_encoded_samples``), which a reader of many
+    reports with the same names can keep."""
     encoded = _join(names)
-    head = struct.pack("<4sII", _SAMPLES_MAGIC, len(names), len(encoded))
+    return struct.pack("<4sII", _SAMPLES_MAGIC, len(names), len(encoded)) + encoded, len(names)
+
+
+def pack_encoded_samples(
+    encoded_names: tuple[bytes, int], values: np.ndarray, counts: np.ndarray
+) -> bytes:
+    """``pack_samples`` with the names part already made by ``samples_names``."""
+    part, m = encoded_names
+    if values.shape != (m, 4) or counts.shape != (m, 3):
+        raise ValueError(f"{m} names, values {values.shape}, counts {counts.shape}")
     return b"".join(
         (
-            head,
-            encoded,
+            part,
             np.ascontiguousarray(values, dtype="<f8").tobytes(),
             np.ascontiguousarray(counts, dtype="<i8").tobytes(),
         )

@@ -48,6 +48,7 @@ from loadbalance.report_codec import (
     report_type_of,
 )
 from loadbalance.report_columns import (
+    KnownBundleLists,
     ReportColumns,
     _ranges_ok,
     bundle_columns,
@@ -57,6 +58,9 @@ from streaming.shard_state import STAT_COLUMNS
 from tests.fuzz.corpus import report_cases
 
 KEY = "broker-1:8080"
+KNOWN = KnownBundleLists()
+"""One memory of checked bundle lists for every document these tests decode, as a streaming
+worker keeps one for every report it reads."""
 NS = "acme/orders"
 B0, B1, B2 = (
     f"{NS}/0x{a:08x}_0x{b:08x}" for a, b in ((0, 2**30), (2**30, 2**31), (2**31, 2**32 - 1))
@@ -112,6 +116,14 @@ def same(raw: Any, key: str | None = KEY, max_bytes: int = DEFAULT_MAX_REPORT_BY
     doc_kind, doc = _outcome(load_report_document, raw, max_bytes=max_bytes)
     if doc_kind == "ok":
         columns_answer(doc)
+    for _ in range(2):  # with the memory of checked lists: filled, then (maybe) used
+        known_kind, known = _outcome(decode_report_columns, raw, key, max_bytes=max_bytes,
+                                     known=KNOWN)  # fmt: skip
+        assert known_kind == kind, (got, known)
+        if kind == "raised":
+            assert (type(known), known.field, known.reason) == (type(got), got.field, got.reason)
+        else:
+            assert known == got
     if kind == "raised":
         assert isinstance(got, InvalidReport), got
         assert (type(obj), obj.field, obj.reason) == (type(got), got.field, got.reason)
@@ -720,3 +732,61 @@ def test_a_name_holding_a_newline_is_never_read_as_two_names() -> None:
     assert _ranges_ok([B0, B1])
     assert not _ranges_ok([f"{B0}\n{B1}"])
     assert not _ranges_ok([f"{B0}\n{B1}", B2])
+
+
+# -- the memory of checked bundle lists -----------------------------------------------------
+
+
+def test_a_remembered_list_is_not_checked_again(monkeypatch) -> None:
+    from loadbalance import report_columns
+
+    calls = []
+    check = report_columns._ranges_ok
+    monkeypatch.setattr(report_columns, "_ranges_ok", lambda u: calls.append(1) or check(u))
+    known = KnownBundleLists()
+    raw = _raw(_base())
+    first = decode_report_columns(raw, KEY, known=known)
+    again = decode_report_columns(raw, KEY, known=known)
+    assert first == again == decode_report_columns(raw, KEY)
+    assert len(calls) == 2  # once with the memory (then remembered), once without it
+    assert len(known) == 1
+
+
+def test_a_remembered_stats_list_does_not_pass_a_different_bundles_list() -> None:
+    """The same ``lastStats`` names beside a ``bundles`` list with an overlap: refused, as
+    without the memory (the digest covers both lists)."""
+    known = KnownBundleLists()
+    good = _raw(_base())
+    decode_report_columns(good, KEY, known=known)
+    overlapping = _with(bundles=[B0, B1, f"{NS}/0x3fffffff_0x40000001"])
+    expected = _outcome(decode_report_columns, overlapping, KEY)[1]
+    assert isinstance(expected, InvalidReport) and "overlap" in expected.reason
+    with pytest.raises(InvalidReport) as got:
+        decode_report_columns(overlapping, KEY, known=known)
+    assert (got.value.field, got.value.reason) == (expected.field, expected.reason)
+    # and the bundles list given as None, or empty, is a list of its own
+    assert KnownBundleLists.key([B0, B1], None) != KnownBundleLists.key([B0, B1], [])
+    assert KnownBundleLists.key([B0], [B1]) != KnownBundleLists.key([B0, B1], None)
+
+
+def test_a_name_with_a_newline_has_no_digest() -> None:
+    """Joined by newlines, ``["a\\nb"]`` and ``["a", "b"]`` would read alike: such a list is
+    never remembered (it is refused by the name check anyway)."""
+    assert KnownBundleLists.key([f"{B0}\n{B1}"], None) is None
+    assert KnownBundleLists.key([B0], [f"{B0}\n{B1}"]) is None
+    assert KnownBundleLists.key([B0, B1], None) is not None
+    known = KnownBundleLists()
+    raw = _stats(**{f"{B0}\n{B1}": {}})
+    assert (
+        _outcome(decode_report_columns, raw, KEY, known=known)[0]
+        == _outcome(decode_report_columns, raw, KEY)[0]
+    )
+    assert len(known) == 0
+
+
+def test_the_memory_is_bounded() -> None:
+    known = KnownBundleLists(max_entries=2)
+    for i in range(5):
+        known.add(bytes([i]) * 16)
+        assert len(known) <= 2
+    assert bytes([4]) * 16 in known
