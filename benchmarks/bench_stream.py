@@ -226,9 +226,12 @@ def process_cpu() -> dict[str, float]:
             cmd = " ".join(p.cmdline()[:3])
         except psutil.Error:
             continue
-        kind = ("driver (python)" if p.pid == me.pid else "spark jvm" if "java" in cmd
+        # by executable first: Tansu's and Redis's binaries live in the venv's site-packages,
+        # whose path holds "python"
+        name = p.name().lower()
+        kind = ("driver (python)" if p.pid == me.pid else "tansu" if "tansu" in name
+                else "redis" if "redis" in name else "spark jvm" if "java" in cmd
                 else "python workers" if "pyspark" in cmd or "python" in cmd
-                else "tansu" if "tansu" in cmd.lower() else "redis" if "redis" in cmd
                 else p.name())  # fmt: skip
         out[kind] = out.get(kind, 0.0) + t.user + t.system
         if p.pid != me.pid:  # children this one waited for (ended Python workers)
@@ -478,8 +481,10 @@ def main() -> int:
             cpu_steady = cpu_delta(cpu_first, process_cpu())
             n_steady = sum(reports_of(p) for p in progress[1:])
             total = sum(cpu_steady.values())
+            job = sum(v for k, v in cpu_steady.items() if k not in ("tansu", "redis"))
             print(f"CPU after the first batch: {total:.1f} s for {n_steady} reports = "
-                  f"{total / n_steady * 1000:.1f} ms per report;",
+                  f"{total / n_steady * 1000:.1f} ms per report, the job's own (without Tansu "
+                  f"and Redis) {job / n_steady * 1000:.1f};",
                   {k: round(v / n_steady * 1000, 1) for k, v in cpu_steady.items()},
                   f"ms per report; at 2 cores this bounds throughput to "
                   f"{2 * n_steady / total * args.bundles:,.0f} bundle samples/s")  # fmt: skip

@@ -383,13 +383,21 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
     import pyarrow as pa
 
     schema = _record_schema(pa)
-    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+    for columns in _read_columns(config, part):
+        yield pa.RecordBatch.from_pydict(columns, schema=schema)
 
-    def flush() -> Any:
-        batch = pa.RecordBatch.from_pydict(columns, schema=schema)
+
+def _read_columns(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[dict[str, list]]:
+    """``read_offset_range``'s records as Python lists by column (``_record_schema``'s names;
+    ``timestamp`` in microseconds or None), in runs of at most ``_ARROW_BATCH_ROWS`` records or
+    ``_ARROW_BATCH_BYTES`` of values."""
+    columns: dict[str, list[Any]] = {name: [] for name in _RECORD_COLUMNS}
+
+    def flush() -> dict[str, list[Any]]:
+        out = {name: list(values) for name, values in columns.items()}
         for values in columns.values():
             values.clear()
-        return batch
+        return out
 
     clock = stage_timing.Clock()  # this function's own time, without the waits at its yields
     consumer = Consumer(_reader_consumer_config(config))
@@ -435,26 +443,30 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
 
 def read_parsed_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[Any]:
     """``read_offset_range``, each batch decoded into the parse stage's rows (option
-    ``lb.parse``): the same rows ``streaming.parse.parse_batches`` makes of the same records."""
+    ``lb.parse``): the same rows ``streaming.parse.parse_batches`` makes of the same records.
+    The records go to the parse as the Python values the consumer gave (an Arrow batch of them
+    would copy every value in and out again)."""
     from streaming.parse import ParseSettings, parse_records, parsed_arrow_batch
 
     assert config.parse is not None
     settings = ParseSettings.from_json(config.parse)
-    for batch in read_offset_range(config, part):
+    for columns in _read_columns(config, part):
         clock = stage_timing.Clock()
-        ts = batch.column("timestamp").cast("int64").to_pylist()  # microseconds, or None
         rows = parse_records(
-            batch.column("value").to_pylist(),
-            batch.column("key").to_pylist(),
-            batch.column("topic").to_pylist(),
-            batch.column("partition").to_pylist(),
-            batch.column("offset").to_pylist(),
-            [t // 1000 if t is not None else 0 for t in ts],
+            columns["value"],
+            columns["key"],
+            columns["topic"],
+            columns["partition"],
+            columns["offset"],
+            [t // 1000 if t is not None else 0 for t in columns["timestamp"]],
             settings,
         )
         out = parsed_arrow_batch(rows)
-        clock.record("parse", batch.num_rows)
+        clock.record("parse", len(columns["offset"]))
         yield out
+
+
+_RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 
 
 def _record_schema(pa: Any) -> Any:
