@@ -162,11 +162,11 @@ class KnownBundleLists:
     Why: a broker names the same bundles, in the same order, in report after report, and the
     name check (a regular expression over every name, the bounds, a sort for overlaps) is a
     pure function of the two lists; its digest costs about a fifth of it. The digest is a
-    128-bit BLAKE2b of each list's length and its names joined by newlines, taken only when no
+    SHA-256 of each list's length and its names joined by newlines, taken only when no
     name holds a newline (so the joined text names the list exactly). Lists that failed are
     not kept: they go to the codec's rules each time, as before. A reader keeps one instance
     (the streaming parse keeps one per worker process); it is emptied when it holds
-    ``max_entries`` digests (16 bytes each).
+    ``max_entries`` digests (32 bytes each).
     """
 
     __slots__ = ("_max_entries", "_seen")
@@ -179,7 +179,7 @@ class KnownBundleLists:
     def key(names: list[str], listed: list[Any] | None) -> bytes | None:
         """The lists' digest, or ``None`` when a name holds a newline (a non-string raises
         ``TypeError``, which ``bundle_columns`` turns into "no answer")."""
-        h = hashlib.blake2b(digest_size=16)
+        h = hashlib.sha256()  # with SHA instructions, twice as fast as BLAKE2b here
         for part in (names, listed):
             if part is None:
                 h.update(b"-")

@@ -220,7 +220,7 @@ class _ShardPlans:
 
     Why: a broker names the same bundles in the same order in report after report, and
     hashing 2,500 names to their shards, grouping them and encoding the names of each group
-    costs about ten times the digest that finds the plan again. Keyed by a BLAKE2b digest of
+    costs about ten times the digest that finds the plan again. Keyed by a SHA-256 digest of
     the names (``KnownBundleLists.key``) and the shard count; emptied when the encoded names
     reach ``max_bytes``."""
 

@@ -116,16 +116,28 @@ def pack_encoded_samples(
 
 
 def unpack_samples(raw: bytes) -> tuple[list[str], np.ndarray, np.ndarray]:
+    names_part, values, counts = split_samples(raw)
+    return _split(names_part), values, counts
+
+
+def split_samples(raw: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """A sample block's names part (the names, encoded) and its values and counts."""
     magic, m, names_len = struct.unpack_from("<4sII", raw)
     if magic != _SAMPLES_MAGIC:
         raise ValueError("not a sample block")
     pos = struct.calcsize("<4sII")
-    names = _split(raw[pos : pos + names_len])
+    names_part = raw[pos : pos + names_len]
     pos += names_len
     values = np.frombuffer(raw, dtype="<f8", count=m * 4, offset=pos).reshape(m, 4)
     pos += m * 4 * 8
     counts = np.frombuffer(raw, dtype="<i8", count=m * 3, offset=pos).reshape(m, 3)
-    return names, values, counts
+    return names_part, values, counts
+
+
+_BLOCK_ROWS_MAX = 4096
+"""Names parts a shard keeps the rows of (``ShardState.rows_of_block``): a few per broker
+reporting into the shard; each holds its names' encoding and their rows (about 30 bytes per
+name)."""
 
 
 def bundle_count(blob: bytes) -> int:
@@ -149,6 +161,8 @@ class ShardState(BundleShard):
         self.deltas = 0
         self.delta_rows = 0
         self.tag = ""  # the stored tag this state is at (it names the whole record and deltas)
+        self._block_rows: dict[bytes, np.ndarray] = {}  # rows_of_block's
+        self._block_index: dict[str, int] | None = None
 
     def apply(
         self,
@@ -161,7 +175,39 @@ class ShardState(BundleShard):
         """Fold samples in, in the order given (report order); return the touched indices."""
         if not names:
             return np.zeros(0, dtype=np.int64)
-        idx = self.index_of(names)
+        return self.apply_rows(self.index_of(names), values, counts, owners, event_ms)
+
+    def rows_of_block(self, names_part: bytes) -> np.ndarray:
+        """``index_of`` the names of a sample block's names part (``split_samples``).
+
+        Why kept: a broker's report names the same bundles of a shard in every report, so
+        the state step meets the same names part about once per report of each broker, and
+        decoding the names and looking each one up costs more than the rest of the fold. The
+        rows stay right while the name index does (rows are only appended); when the index is
+        built anew (``expire`` moves rows), what was kept is dropped."""
+        index = self._rows_by_name()
+        if self._block_index is not index:
+            self._block_rows = {}
+            self._block_index = index
+        rows = self._block_rows.get(names_part)
+        if rows is None:
+            rows = self.index_of(_split(names_part))
+            if len(self._block_rows) >= _BLOCK_ROWS_MAX:
+                self._block_rows.clear()
+            self._block_rows[names_part] = rows
+        return rows
+
+    def apply_rows(
+        self,
+        idx: np.ndarray,
+        values: np.ndarray,
+        counts: np.ndarray,
+        owners: list[str],
+        event_ms: np.ndarray,
+    ) -> np.ndarray:
+        """``apply`` with the names' rows already found (``index_of``, ``rows_of_block``)."""
+        if not len(idx):
+            return np.zeros(0, dtype=np.int64)
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
         starts = np.r_[True, sorted_idx[1:] != sorted_idx[:-1]]
@@ -177,9 +223,11 @@ class ShardState(BundleShard):
             self.last_values[ids] = sample
             self.last_counts[ids] = counts[sel]
             self.last_seen_ms[ids] = event_ms[sel]
-            for i, s in zip(ids.tolist(), sel.tolist(), strict=True):
-                self.owners[i] = owners[s]
-        return np.unique(idx)
+        # each touched row's owner is the reporter of its last sample
+        touched, from_end = np.unique(idx[::-1], return_index=True)
+        for i, s in zip(touched.tolist(), (len(idx) - 1 - from_end).tolist(), strict=True):
+            self.owners[i] = owners[s]
+        return touched
 
     def expire(self, older_than_ms: int) -> list[str]:
         """Drop bundles whose last sample is older than ``older_than_ms``; return their names."""

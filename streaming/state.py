@@ -80,7 +80,7 @@ from streaming.schema import (
     SHARD_PREFIX,
     frame,
 )
-from streaming.shard_state import ShardState, compaction_due, unpack_samples
+from streaming.shard_state import ShardState, compaction_due, split_samples
 
 SHARD_STATE_SCHEMA = "blob binary"
 SHARD_DELTAS_KEY_SCHEMA = "k int"  # the delta's number after the whole record, from 1
@@ -156,20 +156,24 @@ class LoadStateProcessor(StatefulProcessor):
 
     def _samples(self, key_name: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
         state, tag = self._load_shard(key_name)
-        names: list[str] = []
+        rows: list[np.ndarray] = []
         values, counts, owners, events = [], [], [], []
         for payload, broker, event_ms in zip(
             pdf["payload"].tolist(), pdf["broker"].tolist(), pdf["event_ms"].tolist(), strict=True
         ):
-            n, v, c = unpack_samples(bytes(payload))
-            names.extend(n)
+            names_part, v, c = split_samples(bytes(payload))
+            rows.append(state.rows_of_block(names_part))
             values.append(v)
             counts.append(c)
-            owners.extend([broker] * len(n))
-            events.append(np.full(len(n), event_ms, dtype=np.int64))
+            owners.extend([broker] * len(v))
+            events.append(np.full(len(v), event_ms, dtype=np.int64))
         newest_ms = int(pdf["event_ms"].max())
-        touched = state.apply(
-            names, np.concatenate(values), np.concatenate(counts), owners, np.concatenate(events)
+        touched = state.apply_rows(
+            np.concatenate(rows),
+            np.concatenate(values),
+            np.concatenate(counts),
+            owners,
+            np.concatenate(events),
         )
         dropped = state.expire(newest_ms - self.bundle_ttl_ms)
         if not len(touched) and not dropped:  # nothing changed: nothing to store or emit

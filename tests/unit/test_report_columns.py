@@ -787,6 +787,6 @@ def test_a_name_with_a_newline_has_no_digest() -> None:
 def test_the_memory_is_bounded() -> None:
     known = KnownBundleLists(max_entries=2)
     for i in range(5):
-        known.add(bytes([i]) * 16)
+        known.add(bytes([i]) * 32)
         assert len(known) <= 2
-    assert bytes([4]) * 16 in known
+    assert bytes([4]) * 32 in known
