@@ -96,6 +96,9 @@ _ARROW_BATCH_ROWS = 10_000
 _ARROW_BATCH_BYTES = 64 * 1024 * 1024
 """A task hands its records on in batches of at most this many value bytes (or rows): reports
 are hundreds of KB, so a row cap alone would hold gigabytes of a catch-up in one batch."""
+_PARSE_CHUNK_BYTES = 8 * 1024 * 1024
+"""The parsing reader takes records from the consumer this many value bytes at a time
+(``read_parsed_offset_range``)."""
 _CONSUME_ROWS = 100
 _FETCH_BYTES = 64 * 1024 * 1024
 """librdkafka's per-partition and per-request fetch sizes, unless the client config sets them:
@@ -387,10 +390,13 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
         yield pa.RecordBatch.from_pydict(columns, schema=schema)
 
 
-def _read_columns(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[dict[str, list]]:
+def _read_columns(
+    config: KafkaSourceConfig, part: KafkaOffsetRange, chunk_bytes: int = 0
+) -> Iterator[dict[str, list]]:
     """``read_offset_range``'s records as Python lists by column (``_record_schema``'s names;
     ``timestamp`` in microseconds or None), in runs of at most ``_ARROW_BATCH_ROWS`` records or
-    ``_ARROW_BATCH_BYTES`` of values."""
+    ``chunk_bytes`` (default ``_ARROW_BATCH_BYTES``) of values."""
+    chunk_bytes = chunk_bytes or _ARROW_BATCH_BYTES
     columns: dict[str, list[Any]] = {name: [] for name in _RECORD_COLUMNS}
 
     def flush() -> dict[str, list[Any]]:
@@ -407,12 +413,16 @@ def _read_columns(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator
         last_progress = time.monotonic()
         next_offset = part.start
         size = held = 0  # value bytes of the rows held, and how many rows were counted
+        read_records = read_bytes = 0
         while not done:
             # Ask for no more than the range still holds: consume() returns only once it has
             # num_messages or its timeout passed, so asking for a full Arrow batch made every
             # task of a small micro-batch wait the whole second (the job's latency floor).
-            # At most _CONSUME_ROWS at a time, so a batch stays near its byte cap.
+            # At most _CONSUME_ROWS at a time, and about what fills the chunk at the mean
+            # record size so far, so a batch stays near its byte cap.
             want = max(1, min(_CONSUME_ROWS, part.end - next_offset))
+            if read_records:
+                want = min(want, max(1, (chunk_bytes - size) * read_records // read_bytes))
             messages = consumer.consume(num_messages=want, timeout=1.0)
             if not messages and time.monotonic() - last_progress > config.poll_timeout_s:
                 raise TimeoutError(
@@ -423,9 +433,12 @@ def _read_columns(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator
             if last is not None:
                 next_offset = last + 1
                 last_progress = time.monotonic()
-            size += sum(len(v) for v in columns["value"][held:] if v is not None)
+            taken = sum(len(v) for v in columns["value"][held:] if v is not None)
+            read_records += len(columns["offset"]) - held
+            read_bytes += taken
+            size += taken
             held = len(columns["offset"])
-            if held >= _ARROW_BATCH_ROWS or size >= _ARROW_BATCH_BYTES:
+            if held >= _ARROW_BATCH_ROWS or size >= chunk_bytes:
                 size = held = 0
                 batch = flush()
                 clock.pause()
@@ -444,15 +457,24 @@ def _read_columns(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator
 def read_parsed_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[Any]:
     """``read_offset_range``, each batch decoded into the parse stage's rows (option
     ``lb.parse``): the same rows ``streaming.parse.parse_batches`` makes of the same records.
+
     The records go to the parse as the Python values the consumer gave (an Arrow batch of them
-    would copy every value in and out again)."""
-    from streaming.parse import ParseSettings, parse_records, parsed_arrow_batch
+    would copy every value in and out again), and are taken from the consumer a few at a time
+    (``_PARSE_CHUNK_BYTES``) while the rows are put out in runs as large as the unparsed
+    reader's (``_ARROW_BATCH_BYTES``). Why: the consumer fetches ahead only while its queue
+    has room, so taking what it holds in small pieces keeps it fetching while the reports
+    are decoded (taking 64 MB at once left the task waiting on each next fetch, about a fifth
+    of a catch-up batch); and a run keeps only each broker's latest report document
+    (``parse_records``), so runs of 64 MB send fewer documents on."""
+    from streaming.parse import ParseSettings, decode_records, finish_rows, parsed_arrow_batch
 
     assert config.parse is not None
     settings = ParseSettings.from_json(config.parse)
-    for columns in _read_columns(config, part):
+    rows: list[Any] = []
+    size = records = 0
+    for columns in _read_columns(config, part, chunk_bytes=_PARSE_CHUNK_BYTES):
         clock = stage_timing.Clock()
-        rows = parse_records(
+        rows += decode_records(
             columns["value"],
             columns["key"],
             columns["topic"],
@@ -461,8 +483,19 @@ def read_parsed_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) 
             [t // 1000 if t is not None else 0 for t in columns["timestamp"]],
             settings,
         )
-        out = parsed_arrow_batch(rows)
-        clock.record("parse", len(columns["offset"]))
+        records += len(columns["offset"])
+        size += sum(len(v) for v in columns["value"] if v is not None)
+        if size >= _ARROW_BATCH_BYTES or len(rows) >= _ARROW_BATCH_ROWS:
+            out = parsed_arrow_batch(finish_rows(rows))
+            clock.record("parse", records)
+            rows, size, records = [], 0, 0
+            yield out
+        else:
+            clock.record("parse", 0)
+    if rows or records:
+        clock = stage_timing.Clock()
+        out = parsed_arrow_batch(finish_rows(rows))
+        clock.record("parse", records)
         yield out
 
 

@@ -369,9 +369,26 @@ def parse_records(
     has its document. A run whose latest report Spark drops as late has only late reports of
     that broker (they are not newer), so none is lost. A report without its document that
     lists ``reportIssues`` gets a document of those alone, so that the issues are still
-    counted.
+    counted."""
+    return finish_rows(
+        decode_records(values, keys, topics, partitions, offsets, timestamps_ms, settings)
+    )
 
-    The collector is paused over the run: the decoded documents are tens of thousands of
+
+def decode_records(
+    values: list[Any],
+    keys: list[Any],
+    topics: list[str],
+    partitions: list[int],
+    offsets: list[int],
+    timestamps_ms: list[int],
+    settings: ParseSettings,
+) -> list[tuple[Any, ...]]:
+    """The first half of ``parse_records``: every record decoded, the report rows' documents
+    not yet written (``finish_rows`` writes them over the whole run, which may be several
+    calls of this put together).
+
+    The collector is paused over the records: the decoded documents are tens of thousands of
     short-lived objects per report, freed by reference counting, and the collections they would
     set off walk everything the worker keeps alive."""
     rows: list[tuple[Any, ...]] = []
@@ -384,6 +401,12 @@ def parse_records(
                     _bytes(value), _bytes(key), topic, partition, offset, int(ts), settings
                 )
             )
+    return rows
+
+
+def finish_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The second half of ``parse_records``: each broker's latest report row of ``rows`` gets
+    its document, the other report rows their issues alone (in place; ``rows`` is returned)."""
     latest: dict[str, int] = {}
     for i, row in enumerate(rows):
         if row[1] == REPORT:
