@@ -415,14 +415,7 @@ def _read_columns(
         size = held = 0  # value bytes of the rows held, and how many rows were counted
         read_records = read_bytes = 0
         while not done:
-            # Ask for no more than the range still holds: consume() returns only once it has
-            # num_messages or its timeout passed, so asking for a full Arrow batch made every
-            # task of a small micro-batch wait the whole second (the job's latency floor).
-            # At most _CONSUME_ROWS at a time, and about what fills the chunk at the mean
-            # record size so far, so a batch stays near its byte cap.
-            want = max(1, min(_CONSUME_ROWS, part.end - next_offset))
-            if read_records:
-                want = min(want, max(1, (chunk_bytes - size) * read_records // read_bytes))
+            want = _how_many(part.end - next_offset, chunk_bytes - size, read_records, read_bytes)
             messages = consumer.consume(num_messages=want, timeout=1.0)
             if not messages and time.monotonic() - last_progress > config.poll_timeout_s:
                 raise TimeoutError(
@@ -452,6 +445,18 @@ def _read_columns(
     finally:
         consumer.close()
         clock.record("source", part.end - part.start)
+
+
+def _how_many(remaining: int, room: int, read_records: int, read_bytes: int) -> int:
+    """How many records to ask ``consume()`` for: no more than the range still holds
+    (``remaining``), since it returns only once it has that many or its timeout passed, and
+    asking for a full Arrow batch made every task of a small micro-batch wait the whole second
+    (the job's latency floor); at most ``_CONSUME_ROWS``, and about what fills the ``room``
+    left in the chunk at the mean record size so far, so a chunk stays near its byte cap."""
+    want = max(1, min(_CONSUME_ROWS, remaining))
+    if read_records and read_bytes:
+        want = min(want, max(1, room * read_records // read_bytes))
+    return want
 
 
 def read_parsed_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[Any]:
