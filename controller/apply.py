@@ -79,7 +79,9 @@ def _record(store: DecisionStore, d: Decision, outcome: Outcome, now_ms: int) ->
     the de-duplication check for the same decision; the hash keeps the first outcome (the
     loser's would otherwise overwrite an ``applied`` with ``already_satisfied`` and hide who
     changed Redis), and the loser's outcome is returned and streamed as ``conflict`` so the
-    mistake is visible.
+    mistake is visible. When the loser recorded first (it found the change the other had made
+    but not yet recorded), the ``applied`` replaces its ``already_satisfied``, and its stream
+    entry says so.
     """
     won = store.outcomes.record(d, outcome.outcome, outcome.reason, now_ms)
     if won:

@@ -4,7 +4,8 @@ de-duplication) and ``P:outcome-stream`` (every outcome, for tailing); formats i
 
 Why one repository for both: the controller records an outcome in the hash and the stream in
 one script, so two controllers racing on one decision cannot both win the hash, and the
-loser's view still shows in the stream as a ``conflict`` naming the outcome that won.
+loser's view still shows in the stream as a ``conflict`` naming the outcome that won. The hash
+names the change that was made: an ``applied`` replaces a racing ``already_satisfied``.
 
 ``OutcomeRecords`` is what the applier (``controller.apply``) asks of a log; ``OutcomeLog``
 keeps it in Redis, ``MemoryOutcomeLog`` in process memory with the same rules, so the fast
@@ -31,18 +32,30 @@ OUTCOME_STREAM_MAXLEN = 100_000
 # count, nor does a conflict: it changed nothing, and with two controllers racing it is the
 # loser's view of a change the other one is still recording); a later one for the same id comes
 # from a second controller that raced this one, and goes to the stream only, as a conflict
-# naming the outcome that won.
+# naming the outcome that won. One exception: ``applied`` replaces ``already_satisfied``. With
+# two controllers, B can find the change A has just made and record ``already_satisfied``
+# while A is between its script and its record; the hash must name the change A made, so A's
+# ``applied`` takes the hash and its stream entry names the outcome it replaced (``race``).
 _LUA_RECORD = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local first = ''
+local replaced = ''
 if cur then
   local prev = cjson.decode(cur)['outcome']
   if prev ~= 'dry_run' and prev ~= 'conflict' then first = prev end
 end
 local entry = {}
 for i = 4, #ARGV do entry[#entry + 1] = ARGV[i] end
+if first == 'already_satisfied' and entry[4] == 'applied' then
+  replaced = first
+  first = ''
+end
 if first == '' then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  if replaced ~= '' then
+    entry[#entry + 1] = 'race'
+    entry[#entry + 1] = replaced
+  end
 else
   entry[4] = 'conflict'
   entry[#entry + 1] = 'race'
@@ -66,7 +79,9 @@ class OutcomeRecords(Protocol):
 
     ``record`` is one atomic step: the first real outcome of an id (not ``dry_run``, not
     ``conflict``) wins the hash; a later one goes to the stream only, as a ``conflict`` naming
-    the winner, and the winner's outcome is returned ('' when this one won).
+    the winner, and the winner's outcome is returned ('' when this one won). ``applied``
+    replaces ``already_satisfied`` (a racing controller's sighting of this very change), and
+    its stream entry names what it replaced (``race``).
     """
 
     def get(self, decision_id: str) -> dict[str, Any] | None: ...
@@ -161,6 +176,9 @@ class MemoryOutcomeLog:
             first = ""
             if cur is not None and cur["outcome"] not in ("dry_run", "conflict"):
                 first = cur["outcome"]
+            if first == "already_satisfied" and str(outcome) == "applied":  # see _LUA_RECORD
+                fields += ["race", first]
+                first = ""
             if not first:
                 self._hash[d.id] = doc
             else:

@@ -389,3 +389,37 @@ def test_redis_and_memory_give_identical_answers_to_the_same_operations(
         assert x == y, f"step {i}: redis {x!r} != memory {y!r}"
     kinds = {x if isinstance(x, str) else type(x).__name__ for x in redis_out}
     assert {"Lease", "NamespaceBundles", "Conflict", "dict", "list"} <= kinds, kinds
+
+
+def test_outcome_log_first_real_outcome_wins_but_applied_replaces_already_satisfied(
+    store,
+) -> None:
+    """Both outcome logs keep one rule: the first real outcome of an id takes the hash, a later
+    one is streamed as a conflict naming it; except that ``applied`` replaces a racing
+    ``already_satisfied`` (its stream entry names what it replaced)."""
+    from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
+
+    log = store.outcomes
+    move = make_decision(cycle="c", kind=TRANSFER, bundle=_names(store)[0], source_broker="b1",
+                         destination_broker="b2")  # fmt: skip
+    assert log.record(move, "dry_run", "", 1) == ""
+    assert log.record(move, "already_satisfied", "", 2) == ""
+    assert log.record(move, "applied", "", 3) == ""
+    assert log.get(move.id)["outcome"] == "applied"
+    assert log.record(move, "already_satisfied", "", 4) == "applied"
+    assert log.record(move, "applied", "", 5) == "applied"  # a second applied does not replace
+    unload = make_decision(cycle="c", kind=UNLOAD, bundle=_names(store)[1], source_broker="b1")
+    assert log.record(unload, "rejected", "owner changed", 6) == ""
+    assert log.record(unload, "applied", "", 7) == "rejected"  # only already_satisfied yields
+    assert log.get(unload.id)["outcome"] == "rejected"
+    tail = log.tail(10)[::-1]  # oldest first
+    got = [(e["id"] == move.id, e["outcome"], e.get("race")) for e in tail]
+    assert got == [
+        (True, "dry_run", None),
+        (True, "already_satisfied", None),
+        (True, "applied", "already_satisfied"),
+        (True, "conflict", "applied"),
+        (True, "conflict", "applied"),
+        (False, "rejected", None),
+        (False, "conflict", "rejected"),
+    ]

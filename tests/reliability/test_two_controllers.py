@@ -119,8 +119,11 @@ def test_two_controllers_on_one_decision_stream_give_the_one_controller_result(
         kinds = sorted(o for i, o, _ in entries if i == d.id)
         first = outcome_of(store, d.id).outcome
         assert first == outcome_of(reference, d.id).outcome
-        # one real outcome (the hash's), and the other controller's sighting, reported
-        assert first in kinds and ("duplicate" in kinds or "conflict" in kinds), (d.kind, kinds)
+        # one real outcome (the hash's), and the other controller's sighting, reported: as a
+        # duplicate, a conflict, or an applied that names the already_satisfied it replaced
+        raced = [r for i, _, r in entries if i == d.id and r is not None]
+        assert first in kinds and ("duplicate" in kinds or "conflict" in kinds or raced), (
+            d.kind, kinds)  # fmt: skip
 
 
 def test_a_controller_that_raced_past_the_dedup_check_reports_a_conflict_and_changes_nothing(
@@ -170,3 +173,29 @@ def test_a_losers_conflict_recorded_first_does_not_hide_the_winners_applied(fres
     assert kinds == [b"conflict", b"applied"]
     # a replay now finds the real outcome and reports a duplicate
     assert apply_decision(store_b, move, now_ms=3, lease_ttl_ms=HOUR_MS).outcome == "duplicate"
+
+
+def test_an_applied_recorded_after_a_racing_already_satisfied_takes_the_hash(fresh_redis):
+    """The interleaving seen in a suite run: A's script changes Redis, B (past its dedup check)
+    finds the change made and records ``already_satisfied``, then A records ``applied``. The
+    hash must say ``applied``, as with one controller, and A's stream entry names the outcome
+    it replaced; a replay then finds ``applied`` and reports a duplicate."""
+    store_a, store_b = RedisStore(fresh_redis, "race3"), RedisStore(fresh_redis, "race3")
+    names = _setup(store_a, 0)
+    move = make_decision(cycle="c", kind=TRANSFER, bundle=names[1], source_broker="b1",
+                         destination_broker="b2")  # fmt: skip
+    done = _apply(store_a, move, 1, HOUR_MS, False)
+    assert done.outcome == "applied"
+    seen = _apply(store_b, move, 1, HOUR_MS, False)
+    assert seen.outcome == "already_satisfied"
+    assert _record(store_b, move, seen, 1).outcome == "already_satisfied"
+    assert _record(store_a, move, done, 2).outcome == "applied"
+    assert outcome_of(store_b, move.id).outcome == "applied", "the change made names the hash"
+    stream = fresh_redis.xrange("race3:outcome-stream")
+    entries = [(f[b"outcome"], f.get(b"race")) for _, f in stream]
+    assert entries == [(b"already_satisfied", None), (b"applied", b"already_satisfied")]
+    # the other order keeps first-wins: an already_satisfied after applied is the conflict
+    late = _record(store_b, move, seen, 3)
+    assert late.outcome == "conflict" and "recorded applied" in late.reason
+    assert outcome_of(store_a, move.id).outcome == "applied"
+    assert apply_decision(store_b, move, now_ms=4, lease_ttl_ms=HOUR_MS).outcome == "duplicate"
