@@ -504,22 +504,16 @@ def read_parsed_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) 
         yield out
 
 
-_RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
-
-
 def _record_schema(pa: Any) -> Any:
     """The Arrow schema of the records ``read_offset_range`` yields (KAFKA_SCHEMA's columns)."""
-    return pa.schema(
-        [
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("timestampType", pa.int32()),
-        ]
-    )
+    types = (pa.binary(), pa.binary(), pa.string(), pa.int32(), pa.int64(),
+             pa.timestamp("us", tz="UTC"), pa.int32())  # fmt: skip
+    return pa.schema(list(zip(_RECORD_COLUMNS, types, strict=True)))
+
+
+_RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+"""The columns of the records the reader takes (``_read_columns``), in ``_record_schema``'s
+order."""
 
 
 def _take(

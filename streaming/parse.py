@@ -137,18 +137,6 @@ def _broker_id(key: bytes | None) -> str | None:
         raise InvalidInput("key", "record key is not UTF-8") from None
 
 
-def report_rows(
-    columns: ReportColumns,
-    settings: ParseSettings,
-    event_ms: int,
-    partition: int,
-    offset: int,
-) -> list[tuple[Any, ...]]:
-    """The ``report`` row and the per-shard ``samples`` rows of one decoded report."""
-    rows = _rows_of(columns, settings, event_ms, partition, offset)
-    return [_with_document(rows[0]), *rows[1:]]
-
-
 def _rows_of(
     columns: ReportColumns,
     settings: ParseSettings,
@@ -156,8 +144,9 @@ def _rows_of(
     partition: int,
     offset: int,
 ) -> list[tuple[Any, ...]]:
-    """``report_rows`` with the report row's document not yet written: its place holds the
-    report's head (``_with_document`` or ``_with_issues_only`` writes it)."""
+    """The ``report`` row and the per-shard ``samples`` rows of one decoded report, the report
+    row's document not yet written: its place holds the report's head (``finish_rows`` writes
+    the document, or the issues alone, with ``_with_document`` or ``_with_issues_only``)."""
     head = columns.head
     broker = head.broker
     if head.issue_counts:
@@ -318,10 +307,7 @@ def parse_record(
     settings: ParseSettings,
 ) -> list[tuple[Any, ...]]:
     """Rows for one Kafka record; never raises."""
-    rows = _record_rows(value, key, topic, partition, offset, timestamp_ms, settings)
-    if rows[0][1] == REPORT:
-        rows[0] = _with_document(rows[0])
-    return rows
+    return finish_rows(_record_rows(value, key, topic, partition, offset, timestamp_ms, settings))
 
 
 def _record_rows(
