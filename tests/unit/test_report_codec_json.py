@@ -20,9 +20,12 @@ from loadbalance import report_codec
 from loadbalance.errors import InvalidReport
 from loadbalance.report_codec import decode_report_columns, load_report_document
 
-pytest.importorskip("orjson")  # a project dependency; the comparison needs both paths
+orjson = pytest.importorskip("orjson")  # a project dependency; the comparison needs both paths
+
 
 BUNDLE = "public/default/0x00000000_0x40000000"
+STATS_FIELDS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut", "topics",
+                "consumerCount", "producerCount")  # fmt: skip
 
 
 def _typed(value: Any) -> list[Any]:
@@ -76,7 +79,7 @@ def _report(**fields: Any) -> dict[str, Any]:
         "cpu": {"usage": 12.5, "limit": 100.0},
         "msgRateIn": 10.0,
         "bundles": [BUNDLE],
-        "lastStats": {BUNDLE: {"msgRateIn": 1.5, "msgThroughputIn": 3.0, "topics": 2}},
+        "lastStats": {BUNDLE: dict(zip(STATS_FIELDS, (1.5, 2.0, 3.0, 4.0, 2, 1, 1), strict=True))},
         "lastUpdate": 1_700_000_000_000,
     }
     doc.update(fields)
@@ -214,9 +217,7 @@ def test_arbitrary_documents_decode_the_same_with_and_without_orjson(doc: dict) 
     )
 )
 def test_bundle_figures_decode_to_the_same_bits_with_and_without_orjson(figures: list) -> None:
-    keys = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut", "topics",
-            "consumerCount", "producerCount")  # fmt: skip
-    doc = _report(lastStats={BUNDLE: dict(zip(keys, figures, strict=True))})
+    doc = _report(lastStats={BUNDLE: dict(zip(STATS_FIELDS, figures, strict=True))})
     _same(json.dumps(doc).encode())
 
 
@@ -248,3 +249,102 @@ def test_long_fractions_take_the_fast_path_and_wide_integers_do_not() -> None:
             .replace(b'"lastUpdate": ', b'"x": ' + literal + b', "lastUpdate": ')
         )
         assert report_codec._fast_json(raw) is None, literal
+
+
+def _unguarded(raw: bytes) -> Any:
+    return report_codec._unguarded_columns(raw, "b1", report_codec.DEFAULT_MAX_REPORT_BYTES, None)
+
+
+def test_a_plain_report_is_decoded_without_the_raw_scans(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = json.dumps(
+        _report(
+            lastStats={
+                f"public/ns{i}/0x00000000_0xffffffff": dict(
+                    zip(STATS_FIELDS, (i + 0.5, 2.0, 3.0, 4.0, 2, 1, 1), strict=True)
+                )
+                for i in range(50)
+            },
+            bundles=[f"public/ns{i}/0x00000000_0xffffffff" for i in range(60)],
+        )
+    ).encode()
+    expected = _outcome(raw, fast=False)
+
+    def scanned(_raw: Any) -> Any:
+        raise AssertionError("the raw bytes were scanned")
+
+    monkeypatch.setattr(report_codec, "_fast_json", scanned)
+    assert _unguarded(raw) is not None
+    assert ("decoded", expected[1], decode_report_columns(raw, "b1")) == expected
+
+
+@pytest.mark.parametrize(
+    ("anchor", "extra"),
+    [
+        # what the raw scans guard against, inside a stats entry beside its seven figures
+        ('"topics": 2', "18446744073709551616"),
+        ('"topics": 2', "[" * 1000 + "]" * 1000),
+        # and outside the bundles
+        ('"msgRateIn": 10.0', '{"y": [-9223372036854775809]}'),
+        ('"msgRateIn": 10.0', "[" * 1000 + "]" * 1000),
+    ],
+)
+def test_a_document_the_raw_scans_would_stop_is_decoded_the_guarded_way(
+    anchor: str, extra: str
+) -> None:
+    text = json.dumps(_report())
+    assert anchor in text
+    raw = text.replace(anchor, f'{anchor}, "x": {extra}', 1).encode()
+    assert orjson.loads(raw)  # orjson reads it; the guarded decode must decide
+    assert _unguarded(raw) is None
+    _same(raw)
+
+
+def test_fields_beside_the_seven_figures_must_be_plain_scalars() -> None:
+    doc = _report()
+    assert report_codec._plain_document(doc)
+    entry = doc["lastStats"][BUNDLE]
+    for plain in (1, 2.5, -(2.0**62), "x", None, True):
+        entry["cacheSize"] = plain
+        assert report_codec._plain_document(doc), plain
+    for wide_or_nested in (2.0**63, -(2.0**64), [1], {}):
+        entry["cacheSize"] = wide_or_nested
+        assert not report_codec._plain_document(doc), wide_or_nested
+    entry["cacheSize"] = 1
+    doc["bundleStats"] = {BUNDLE: {"msgRateIn": 2.0**70}}  # not read in a LocalBrokerData
+    assert not report_codec._plain_document(doc)
+    doc["bundleStats"] = {BUNDLE: {"msgRateIn": 2.0**60, "cacheSize": 3}}
+    assert report_codec._plain_document(doc)
+
+
+extra_values = st.recursive(
+    st.none()
+    | st.floats()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["x", "y", "cpu", "lastUpdate", "numTopics"]), extra_values, max_size=3
+    ),
+    st.dictionaries(st.sampled_from(["x", "topics", "msgRateIn"]), extra_values, max_size=2),
+)
+def test_whatever_is_decoded_unguarded_is_what_json_loads_reads(top: dict, entry: dict) -> None:
+    """The claim the unguarded decode rests on: when it answers, orjson read the same document
+    as ``json.loads`` and ``_fast_json`` would have handed it on."""
+    doc = _report(**top)
+    doc["lastStats"][BUNDLE].update(entry)
+    raw = json.dumps(doc, allow_nan=True).encode()
+    if _unguarded(raw) is None:
+        _same(raw)
+        return
+    fast = report_codec._fast_json(raw)
+    assert fast is not None
+    assert _typed(fast) == _typed(json.loads(raw))
+    _same(raw)
