@@ -337,14 +337,14 @@ extra_values = st.recursive(
 )
 def test_whatever_is_decoded_unguarded_is_what_json_loads_reads(top: dict, entry: dict) -> None:
     """The claim the unguarded decode rests on: when it answers, orjson read the same document
-    as ``json.loads`` and ``_fast_json`` would have handed it on."""
+    as ``json.loads``."""
     doc = _report(**top)
     doc["lastStats"][BUNDLE].update(entry)
     raw = json.dumps(doc, allow_nan=True).encode()
     if _unguarded(raw) is None:
         _same(raw)
         return
-    fast = report_codec._fast_json(raw)
-    assert fast is not None
-    assert _typed(fast) == _typed(json.loads(raw))
+    # the raw scans are cautious (any 19-digit run, even within 64 bits, goes to json.loads),
+    # so what must hold is that orjson read what json.loads reads
+    assert _typed(orjson.loads(raw)) == _typed(json.loads(raw))
     _same(raw)
