@@ -355,7 +355,11 @@ def _unguarded_columns(
         columns = columns_from_dict(doc, broker_id, known=known)
     except Exception:  # the guarded decode refuses it, with its own reason
         return None
-    if columns.head.issue_counts or not _plain_document(doc):
+    # NO_BUNDLE_DATA says what kind of document it is (every BrokerLoadData has it), not that a
+    # value was ignored
+    if any(kind != NO_BUNDLE_DATA for kind, _ in columns.head.issue_counts):
+        return None
+    if not _plain_document(doc):
         return None
     return columns
 
@@ -373,9 +377,10 @@ _SCALARS = frozenset((int, float, str, bool, type(None)))
 
 
 def _plain_document(doc: dict[str, Any]) -> bool:
-    """Whether a document orjson read, already decoded by ``columns_from_dict`` with no issue,
-    certainly holds no integer orjson read differently from ``json.loads`` and no nesting
-    deeper than ``_PLAIN_DEPTH`` + 2 (far below the 254 levels ``_fast_json`` checks).
+    """Whether a document orjson read, already decoded by ``columns_from_dict`` with no issue
+    but ``no_bundle_data``, certainly holds no integer orjson read differently from
+    ``json.loads`` and no nesting deeper than ``_PLAIN_DEPTH`` + 2 (far below the 254 levels
+    ``_fast_json`` checks).
 
     The containers the decode read are settled by it: with no issue, every listed bundle was
     a name and every one of the seven figures of a stats entry a number within 2^53. What
@@ -383,17 +388,16 @@ def _plain_document(doc: dict[str, Any]) -> bool:
     decode did not read (older ``LocalBrokerData`` also writes ``bundleStats``) and every
     other value of the document are checked here."""
     kind = report_type_of(doc)
+    if kind == BROKER_LOAD_DATA:  # no bundle containers are read: everything is walked
+        return _shallow(list(doc.values()))
     read = "lastStats" if kind == LOCAL_BROKER_DATA else "bundleStats"
-    settled = {"lastStats", "bundleStats"}
+    for key in ("lastStats", "bundleStats"):
+        stats = doc.get(key)
+        if stats and not _plain_stats(stats, _STATS_FIELDS if key == read else frozenset()):
+            return False
+    settled = ("lastStats", "bundleStats")
     if kind == LOCAL_BROKER_DATA:
-        settled.add("bundles")
-    if kind != BROKER_LOAD_DATA:
-        for key in ("lastStats", "bundleStats"):
-            stats = doc.get(key)
-            if stats and not _plain_stats(stats, _STATS_FIELDS if key == read else frozenset()):
-                return False
-    else:
-        settled.clear()
+        settled += ("bundles",)
     return _shallow([v for k, v in doc.items() if k not in settled])
 
 

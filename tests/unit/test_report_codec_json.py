@@ -299,6 +299,34 @@ def test_a_document_the_raw_scans_would_stop_is_decoded_the_guarded_way(
     _same(raw)
 
 
+def _broker_load_data() -> dict[str, Any]:
+    """The extensible manager's ``BrokerLoadData``: no bundles, so its decode always carries a
+    ``no_bundle_data`` issue."""
+    return {
+        "cpu": {"usage": 12.5, "limit": 100.0},
+        "msgThroughputIn": 10.0,
+        "bundleCount": 3,
+        "topics": 5,
+        "updatedAt": 1_700_000_000_000,
+    }
+
+
+def test_a_plain_broker_load_data_is_decoded_once() -> None:
+    raw = json.dumps(_broker_load_data()).encode()
+    assert _unguarded(raw) is not None
+    _same(raw)
+
+
+@pytest.mark.parametrize("extra", ["18446744073709551616", "[" * 1000 + "]" * 1000])
+def test_a_broker_load_data_the_raw_scans_would_stop_is_decoded_the_guarded_way(
+    extra: str,
+) -> None:
+    raw = json.dumps(_broker_load_data()).replace('"topics": 5', f'"topics": 5, "x": {extra}')
+    assert orjson.loads(raw.encode())
+    assert _unguarded(raw.encode()) is None
+    _same(raw.encode())
+
+
 def test_fields_beside_the_seven_figures_must_be_plain_scalars() -> None:
     doc = _report()
     assert report_codec._plain_document(doc)
