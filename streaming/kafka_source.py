@@ -391,12 +391,11 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
 
 
 def _read_columns(
-    config: KafkaSourceConfig, part: KafkaOffsetRange, chunk_bytes: int = 0
+    config: KafkaSourceConfig, part: KafkaOffsetRange, chunk_bytes: int = _ARROW_BATCH_BYTES
 ) -> Iterator[dict[str, list]]:
     """``read_offset_range``'s records as Python lists by column (``_record_schema``'s names;
     ``timestamp`` in microseconds or None), in runs of at most ``_ARROW_BATCH_ROWS`` records or
-    ``chunk_bytes`` (default ``_ARROW_BATCH_BYTES``) of values."""
-    chunk_bytes = chunk_bytes or _ARROW_BATCH_BYTES
+    ``chunk_bytes`` of values."""
     columns: dict[str, list[Any]] = {name: [] for name in _RECORD_COLUMNS}
 
     def flush() -> dict[str, list[Any]]:
