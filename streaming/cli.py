@@ -93,15 +93,8 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     _add_query_arguments(parser)
 
 
-def _add_query_arguments(parser: argparse.ArgumentParser) -> None:
-    """State, batching, restarts, configuration and metrics."""
-    parser.add_argument(
-        "--shards",
-        type=int,
-        default=DEFAULT_SHARDS,
-        help=f"bundle state shards (default {DEFAULT_SHARDS}); recorded in the checkpoint "
-        "folder at its first start, and a later start with another count is refused",
-    )
+def _add_batching_arguments(parser: argparse.ArgumentParser) -> None:
+    """How much one micro-batch reads, and in how many tasks."""
     parser.add_argument(
         "--max-offsets-per-trigger",
         type=_positive_int,
@@ -116,6 +109,27 @@ def _add_query_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="without --max-offsets-per-trigger: the record bytes one micro-batch may read, "
         "each record counted at maxReportBytes (default 1 GiB: 1,024 reports of 1 MB)",
+    )
+    parser.add_argument(
+        "--max-records-per-partition",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="a Kafka partition's range of more than N records in one micro-batch is read by "
+        "several tasks (default: one task per partition). For a catch-up on a topic with "
+        "fewer partitions than executor cores; a live batch of a few reports stays one task",
+    )
+
+
+def _add_query_arguments(parser: argparse.ArgumentParser) -> None:
+    """State, batching, restarts, configuration and metrics."""
+    _add_batching_arguments(parser)
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=DEFAULT_SHARDS,
+        help=f"bundle state shards (default {DEFAULT_SHARDS}); recorded in the checkpoint "
+        "folder at its first start, and a later start with another count is refused",
     )
     parser.add_argument(
         "--watermark-delay-seconds",
@@ -256,6 +270,7 @@ def _stream_settings(
         n_shards=args.shards,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         max_bytes_per_trigger=args.max_bytes_per_trigger,
+        max_records_per_partition=args.max_records_per_partition,
         watermark_delay_seconds=args.watermark_delay_seconds,
         client_config=client_config,
         background_cycles=args.background_cycles,

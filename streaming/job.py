@@ -63,6 +63,9 @@ class StreamSettings:
     # without max_offsets_per_trigger: record bytes per batch (None: the source's 1 GiB),
     # counted as records of config.max_report_bytes each (streaming.kafka_source)
     max_bytes_per_trigger: int | None = None
+    # a partition's range of more reports than this is read by several tasks (None: one task
+    # per partition, the faster on two cores shared with the broker: docs/benchmarks.md)
+    max_records_per_partition: int | None = None
     watermark_delay_seconds: float = 60.0
     client_config: Mapping[str, Any] = field(default_factory=dict)
     query_name: str = "pulsar-lb-stream"
@@ -125,6 +128,7 @@ def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfi
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
         max_bytes_per_trigger=settings.max_bytes_per_trigger,
         max_record_bytes=config.max_report_bytes,
+        max_records_per_partition=settings.max_records_per_partition,
         # the Python source decodes as it reads: the reports' bytes cross to the JVM once
         parse=parse.to_json() if source == "python" else None,
     )

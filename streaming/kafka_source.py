@@ -17,6 +17,14 @@ Options (case-insensitive):
 * ``startingOffsets``: ``earliest`` (default), ``latest``, or Spark's JSON form
   (``{"t": {"0": 5, "1": -2}}``, -2 earliest, -1 latest; unnamed partitions start earliest);
   it applies to a new query only: a restarted query continues from its checkpoint;
+* ``minPartitions``, ``maxRecordsPerPartition``: cut a partition's range of a batch into several
+  reading tasks, exactly as the built-in source does (``divide_ranges``): a range of more than
+  ``maxRecordsPerPartition`` records into even pieces of at most that many, then, while there
+  are fewer tasks than ``minPartitions``, the large ranges in proportion to their size. Why:
+  one task per partition leaves cores idle when a catch-up's partitions are fewer than the
+  cores, or while a task waits on a fetch, and a batch's stages run one after another. A cap
+  in records cuts only the large ranges of a catch-up; a live batch of a few reports stays
+  one task per partition, so it does not pay for more consumers;
 * ``maxOffsetsPerTrigger``: cap of records per micro-batch, shared by partitions in proportion
   to their backlog (as the built-in source does); with ``trigger(availableNow=True)`` batches
   stay capped and together stop at the end offsets seen when the query started. Without it
@@ -83,6 +91,7 @@ __all__ = [
     "LbKafkaDataSource",
     "LbKafkaStreamReader",
     "default_max_offsets_per_trigger",
+    "divide_ranges",
     "register",
 ]
 
@@ -144,6 +153,8 @@ class KafkaSourceConfig:
     fail_on_data_loss: bool = True
     poll_timeout_s: float = 120.0
     parse: str | None = None  # ParseSettings as JSON: yield parsed rows (the module docstring)
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceConfig:
@@ -167,6 +178,10 @@ class KafkaSourceConfig:
         if budget is not None and int(budget) <= 0:
             raise ValueError(f"{FORMAT_NAME}: lb.maxBytesPerTrigger must be positive, got {budget}")
         parse = opts.get("lb.parse")
+        split = {
+            name: _positive_option(opts, name.lower(), name)
+            for name in ("minPartitions", "maxRecordsPerPartition")
+        }
         if cap is None:
             record_bytes = (
                 int(json.loads(parse)["maxReportBytes"]) if parse else DEFAULT_MAX_REPORT_BYTES
@@ -183,7 +198,23 @@ class KafkaSourceConfig:
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             poll_timeout_s=float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0,
             parse=parse,
+            min_partitions=split["minPartitions"],
+            max_records_per_partition=split["maxRecordsPerPartition"],
         )
+
+
+def _positive_option(opts: Mapping[str, str], key: str, name: str) -> int | None:
+    """An optional positive whole-number option, or a ValueError that names it."""
+    text = opts.get(key)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{FORMAT_NAME}: {name} must be a whole number, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"{FORMAT_NAME}: {name} must be positive, got {value}")
+    return value
 
 
 class KafkaOffsetRange(InputPartition):
@@ -331,7 +362,9 @@ class LbKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, stop in sorted(ends.items(), key=lambda item: int(item[0]))
             if int(stop) > int(begin[topic][p])
         ]
-        return ranges
+        return divide_ranges(
+            ranges, self.config.min_partitions, self.config.max_records_per_partition
+        )
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: Spark's checkpoint holds the offsets; Kafka keeps no group state."""
@@ -341,6 +374,56 @@ class LbKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.config.parse:
             return read_parsed_offset_range(self.config, partition)
         return read_offset_range(self.config, partition)
+
+
+def divide_ranges(
+    ranges: list[KafkaOffsetRange],
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[KafkaOffsetRange]:
+    """A batch's reading tasks: the built-in source's ``KafkaOffsetRangeCalculator``.
+
+    Empty ranges are dropped. With ``max_records_per_partition``, a range of n records becomes
+    ceil(n / cap) even pieces (integer division, the last piece taking the remainder). Then, if
+    ``min_partitions`` asks for more tasks than that gives, each range whose share of the
+    records, scaled to ``min_partitions``, rounds to 2 or more is cut into that many pieces;
+    the ranges whose share rounds to 1 stay whole, and their records and count are left out of
+    the others' shares. Pieces are contiguous and in order, so every offset is read once.
+    """
+    ranges = [r for r in ranges if r.end > r.start]
+    if max_records_per_partition is not None:
+        cap = max_records_per_partition
+        ranges = [p for r in ranges for p in _pieces(r, -(-(r.end - r.start) // cap))]
+    if min_partitions is None or min_partitions <= len(ranges):
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+
+    def share(size: int, of: int, parts: int) -> int:  # Scala's math.round: half up
+        return max(math.floor(size / of * parts + 0.5), 1)
+
+    whole = [share(r.end - r.start, total, min_partitions) == 1 for r in ranges]
+    rest = total - sum(r.end - r.start for r, w in zip(ranges, whole, strict=True) if w)
+    rest_parts = max(min_partitions - sum(whole), 1)
+    return [
+        p
+        for r, w in zip(ranges, whole, strict=True)
+        for p in _pieces(r, 1 if w else share(r.end - r.start, rest, rest_parts))
+    ]
+
+
+def _pieces(r: KafkaOffsetRange, parts: int) -> list[KafkaOffsetRange]:
+    """``r`` cut into ``parts`` contiguous pieces by integer division (the last is the
+    largest), without empty ones."""
+    if parts <= 1:
+        return [r]
+    out, start, remaining = [], r.start, r.end - r.start
+    for part in range(parts):
+        size = remaining // (parts - part)
+        remaining -= size
+        if size:
+            out.append(KafkaOffsetRange(r.topic, r.partition, start, start + size))
+        start += size
+    return out
 
 
 def _rate_limit(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:

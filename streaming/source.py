@@ -63,6 +63,7 @@ def read_kafka_stream(
     parse: str | None = None,
     max_bytes_per_trigger: int | None = None,
     max_record_bytes: int | None = None,
+    max_records_per_partition: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of Kafka records with the built-in source's columns.
 
@@ -77,6 +78,10 @@ def read_kafka_stream(
     of records of ``max_record_bytes`` (default: ``parse``'s ``maxReportBytes``, else the
     codec's 1 MB), for either source, so that a catch-up after a long outage runs in bounded
     batches rather than one.
+
+    ``max_records_per_partition``: a partition's range of more records than this is read by
+    several tasks (the built-in source's option of that name, which the Python source
+    implements alike: ``kafka_source.divide_ranges``).
     """
     source = resolve_source(spark, source)
     if parse is not None and source != "python":
@@ -89,6 +94,33 @@ def read_kafka_stream(
         .option("subscribe", topic)
         .option("startingOffsets", starting_offsets)
     )
+    reader = _with_batch_limits(
+        reader,
+        source,
+        max_offsets_per_trigger,
+        max_bytes_per_trigger,
+        max_record_bytes,
+        max_records_per_partition,
+    )
+    if parse is not None:
+        reader = reader.option("lb.parse", parse)
+    for key, value in (client_config or {}).items():
+        name = key if key.startswith("kafka.") else f"kafka.{key}"
+        if name != "kafka.bootstrap.servers":
+            reader = reader.option(name, str(value))
+    return reader.load()
+
+
+def _with_batch_limits(
+    reader: Any,
+    source: SourceKind,
+    max_offsets_per_trigger: int | None,
+    max_bytes_per_trigger: int | None,
+    max_record_bytes: int | None,
+    max_records_per_partition: int | None,
+) -> Any:
+    """``reader`` with ``read_kafka_stream``'s cap of records per batch and of records per
+    reading task."""
     if max_offsets_per_trigger is None and (source == "kafka" or max_record_bytes is not None):
         # the Python source derives its default from the parse settings itself
         max_offsets_per_trigger = default_max_offsets_per_trigger(
@@ -99,10 +131,6 @@ def read_kafka_stream(
         reader = reader.option("maxOffsetsPerTrigger", str(int(max_offsets_per_trigger)))
     if max_bytes_per_trigger is not None and source == "python":
         reader = reader.option("lb.maxBytesPerTrigger", str(int(max_bytes_per_trigger)))
-    if parse is not None:
-        reader = reader.option("lb.parse", parse)
-    for key, value in (client_config or {}).items():
-        name = key if key.startswith("kafka.") else f"kafka.{key}"
-        if name != "kafka.bootstrap.servers":
-            reader = reader.option(name, str(value))
-    return reader.load()
+    if max_records_per_partition is not None:
+        reader = reader.option("maxRecordsPerPartition", str(int(max_records_per_partition)))
+    return reader

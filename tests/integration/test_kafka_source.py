@@ -115,6 +115,46 @@ def test_max_offsets_per_trigger_splits_the_backlog_into_capped_batches(
     assert sorted((p, o) for p, o, _, _ in records) == [(p, o) for p in (0, 1) for o in range(6)]
 
 
+def test_max_records_per_partition_reads_a_large_range_in_several_tasks_each_record_once(
+    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path
+) -> None:
+    topic = unique_topic(2)
+    _produce(kafka_bootstrap, topic, [(0, f"d{i}") for i in range(11)] + [(1, "e0"), (1, "e1")])
+    tasks: list[int] = []
+    batches: list[tuple[int, list]] = []
+
+    def collect(batch_df, batch_id: int) -> None:
+        tasks.append(batch_df.rdd.getNumPartitions())
+        batches.append((batch_id, batch_df.collect()))
+
+    df = read_kafka_stream(
+        spark,
+        bootstrap_servers=kafka_bootstrap,
+        topic=topic,
+        source="python",
+        max_records_per_partition=4,
+    )
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "availableNow query did not finish"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    # partition 0's 11 records in 3 tasks (3, 4, 4), partition 1's 2 in one
+    assert tasks == [4]
+    records = _records(batches)
+    assert len(records) == 13
+    assert sorted((p, o) for p, o, _, _ in records) == [(0, o) for o in range(11)] + [
+        (1, 0),
+        (1, 1),
+    ]
+
+
 def test_starting_offsets_latest_skips_what_was_there_before(
     spark, kafka_bootstrap: str, unique_topic, tmp_path: Path
 ) -> None:

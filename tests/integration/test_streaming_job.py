@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -198,9 +199,13 @@ def test_overloaded_broker_is_shed_and_hot_bundle_split(
     assert keys == {d.bundle.encode() for d in decisions}
 
 
+@pytest.mark.parametrize("tasks_of", [None, 5], ids=["one-task", "tasks-of-5-reports"])
 def test_state_averages_equal_the_pure_time_average_fold(
-    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, tasks_of
 ):
+    """The same state whether the batch's reports are read by one task or cut into nine
+    (``max_records_per_partition``): a broker's reports then reach the state step from several
+    tasks, and its averages and each bundle's owner depend on their order."""
     config = _config(unique_topic)
     names = [f"{NS}/0x{i * 0x10000000:08x}_0x{(i + 1) * 0x10000000:08x}" for i in range(15)]
     reports = []
@@ -223,7 +228,14 @@ def test_state_averages_equal_the_pure_time_average_fold(
         [(r.broker.encode(), encode_report(r), t) for r, t in zip(reports, ts, strict=True)],
     )
 
-    _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
+    _run(
+        spark,
+        kafka_bootstrap,
+        redis_url,
+        config,
+        tmp_path / "ckpt",
+        max_records_per_partition=tasks_of,
+    )
 
     pure = _assert_matches_pure(
         _snapshot_bundles(fresh_redis, config.redis_key_prefix), reports, config
