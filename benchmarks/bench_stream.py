@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -377,6 +378,16 @@ def main() -> int:
         action="store_true",
         help="run each policy cycle beside the next batch (lbctl stream --background-cycles)",
     )
+    ap.add_argument(
+        "--max-records-per-partition",
+        type=int,
+        default=0,
+        help="reports one reading task takes at most (lbctl stream "
+        "--max-records-per-partition); 0, the default: one task per Kafka partition",
+    )
+    ap.add_argument(
+        "--keep-work", action="store_true", help="keep the services' and checkpoint's folder"
+    )
     # accepted for old command lines; the script never writes the doc
     ap.add_argument("--no-append", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -384,6 +395,18 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    try:
+        return run(args, work)
+    finally:
+        # Tansu's log files and the checkpoint: about 2 GB for a 152-round backlog
+        if args.keep_work:
+            print(f"kept {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> int:
+    """The benchmark in the folder ``work``: services, backlog, live phase, figures."""
     print(f"building {args.brokers} x {args.bundles} reports ...", flush=True)
     reports, names = make_reports(args.brokers, args.bundles, args.seed)
     report_bytes = statistics.mean(len(v) for vs in reports for v in vs)
@@ -425,6 +448,7 @@ def main() -> int:
             source=args.source,
             n_shards=args.shards,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
+            max_records_per_partition=args.max_records_per_partition or None,
             background_cycles=args.background_cycles,
         )
         cpu_before = process_cpu()
@@ -547,6 +571,7 @@ def main() -> int:
     blob_per_bundle = len(blob.to_bytes()) / max(1, len(sample))
     figures = {
         "bundles": samples_per_round,
+        "max_records_per_partition": args.max_records_per_partition or None,
         "report_kb": round(report_bytes / 1e3, 1),
         "job_samples_per_s": round(job_rps * args.bundles),
         "consumer_samples_per_s": round(baseline_rps * args.bundles),
