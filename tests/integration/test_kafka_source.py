@@ -37,11 +37,16 @@ def _produce(bootstrap: str, topic: str, partition_values: list[tuple[int, str]]
     assert producer.flush(10) == 0
 
 
-def _run_available_now(spark, bootstrap: str, topic: str, checkpoint: Path, **kwargs) -> list:
-    """Run one availableNow query; return (batch id, rows) per non-empty micro-batch."""
+def _run_available_now(
+    spark, bootstrap: str, topic: str, checkpoint: Path, tasks: list[int] | None = None, **kwargs
+) -> list:
+    """Run one availableNow query; return (batch id, rows) per non-empty micro-batch. ``tasks``
+    gets each batch's number of reading tasks."""
     batches: list[tuple[int, list]] = []
 
     def collect(batch_df, batch_id: int) -> None:
+        if tasks is not None:
+            tasks.append(batch_df.rdd.getNumPartitions())
         rows = batch_df.selectExpr("*", "unix_millis(timestamp) AS ts_ms").collect()
         if rows:
             batches.append((batch_id, rows))
@@ -121,30 +126,9 @@ def test_max_records_per_partition_reads_a_large_range_in_several_tasks_each_rec
     topic = unique_topic(2)
     _produce(kafka_bootstrap, topic, [(0, f"d{i}") for i in range(11)] + [(1, "e0"), (1, "e1")])
     tasks: list[int] = []
-    batches: list[tuple[int, list]] = []
-
-    def collect(batch_df, batch_id: int) -> None:
-        tasks.append(batch_df.rdd.getNumPartitions())
-        batches.append((batch_id, batch_df.collect()))
-
-    df = read_kafka_stream(
-        spark,
-        bootstrap_servers=kafka_bootstrap,
-        topic=topic,
-        source="python",
-        max_records_per_partition=4,
+    batches = _run_available_now(
+        spark, kafka_bootstrap, topic, tmp_path / "ck", tasks, max_records_per_partition=4
     )
-    query = (
-        df.writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        assert query.awaitTermination(120), "availableNow query did not finish"
-    finally:
-        query.stop()
-    assert query.exception() is None
     # partition 0's 11 records in 3 tasks (3, 4, 4), partition 1's 2 in one
     assert tasks == [4]
     records = _records(batches)
