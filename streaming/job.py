@@ -64,7 +64,8 @@ class StreamSettings:
     # counted as records of config.max_report_bytes each (streaming.kafka_source)
     max_bytes_per_trigger: int | None = None
     # a partition's range of more reports than this is read by several tasks (None: one task
-    # per partition, the faster on two cores shared with the broker: docs/benchmarks.md)
+    # per partition, which costs less CPU per report on two cores shared with the broker:
+    # docs/benchmarks.md)
     max_records_per_partition: int | None = None
     watermark_delay_seconds: float = 60.0
     client_config: Mapping[str, Any] = field(default_factory=dict)

@@ -171,41 +171,41 @@ class KafkaSourceConfig:
             for k, v in opts.items()
             if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
         }
-        cap = opts.get("maxoffsetspertrigger")
-        if cap is not None and int(cap) <= 0:
-            raise ValueError(f"{FORMAT_NAME}: maxOffsetsPerTrigger must be positive, got {cap}")
-        budget = opts.get("lb.maxbytespertrigger")
-        if budget is not None and int(budget) <= 0:
-            raise ValueError(f"{FORMAT_NAME}: lb.maxBytesPerTrigger must be positive, got {budget}")
+        cap, budget, min_partitions, max_records = (
+            _positive_option(opts, name)
+            for name in (
+                "maxOffsetsPerTrigger",
+                "lb.maxBytesPerTrigger",
+                "minPartitions",
+                "maxRecordsPerPartition",
+            )
+        )
         parse = opts.get("lb.parse")
-        split = {
-            name: _positive_option(opts, name.lower(), name)
-            for name in ("minPartitions", "maxRecordsPerPartition")
-        }
         if cap is None:
             record_bytes = (
                 int(json.loads(parse)["maxReportBytes"]) if parse else DEFAULT_MAX_REPORT_BYTES
             )
             cap = default_max_offsets_per_trigger(
-                record_bytes, int(budget) if budget is not None else DEFAULT_MAX_BYTES_PER_TRIGGER
+                record_bytes, budget if budget is not None else DEFAULT_MAX_BYTES_PER_TRIGGER
             )
         return cls(
             bootstrap_servers=servers,
             topics=topics,
             client_config=client,
             starting_offsets=opts.get("startingoffsets", "earliest").strip(),
-            max_offsets_per_trigger=int(cap),
+            max_offsets_per_trigger=cap,
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             poll_timeout_s=float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0,
             parse=parse,
-            min_partitions=split["minPartitions"],
-            max_records_per_partition=split["maxRecordsPerPartition"],
+            min_partitions=min_partitions,
+            max_records_per_partition=max_records,
         )
 
 
-def _positive_option(opts: Mapping[str, str], key: str, name: str) -> int | None:
-    """An optional positive whole-number option, or a ValueError that names it."""
-    text = opts.get(key)
+def _positive_option(opts: Mapping[str, str], name: str) -> int | None:
+    """The optional positive whole-number option ``name`` (``opts`` has lower-cased keys), or a
+    ValueError that names it."""
+    text = opts.get(name.lower())
     if text is None:
         return None
     try:
@@ -226,6 +226,11 @@ class KafkaOffsetRange(InputPartition):
         self.partition = partition
         self.start = start
         self.end = end
+
+    @property
+    def size(self) -> int:
+        """Records in the range (offsets, counting any gaps)."""
+        return self.end - self.start
 
 
 class LbKafkaDataSource(DataSource):
@@ -390,24 +395,24 @@ def divide_ranges(
     the ranges whose share rounds to 1 stay whole, and their records and count are left out of
     the others' shares. Pieces are contiguous and in order, so every offset is read once.
     """
-    ranges = [r for r in ranges if r.end > r.start]
+    ranges = [r for r in ranges if r.size > 0]
     if max_records_per_partition is not None:
         cap = max_records_per_partition
-        ranges = [p for r in ranges for p in _pieces(r, -(-(r.end - r.start) // cap))]
+        ranges = [p for r in ranges for p in _pieces(r, -(-r.size // cap))]
     if min_partitions is None or min_partitions <= len(ranges):
         return ranges
-    total = sum(r.end - r.start for r in ranges)
+    total = sum(r.size for r in ranges)
 
     def share(size: int, of: int, parts: int) -> int:  # Scala's math.round: half up
         return max(math.floor(size / of * parts + 0.5), 1)
 
-    whole = [share(r.end - r.start, total, min_partitions) == 1 for r in ranges]
-    rest = total - sum(r.end - r.start for r, w in zip(ranges, whole, strict=True) if w)
+    whole = [share(r.size, total, min_partitions) == 1 for r in ranges]
+    rest = total - sum(r.size for r, w in zip(ranges, whole, strict=True) if w)
     rest_parts = max(min_partitions - sum(whole), 1)
     return [
         p
         for r, w in zip(ranges, whole, strict=True)
-        for p in _pieces(r, 1 if w else share(r.end - r.start, rest, rest_parts))
+        for p in _pieces(r, 1 if w else share(r.size, rest, rest_parts))
     ]
 
 
@@ -416,7 +421,7 @@ def _pieces(r: KafkaOffsetRange, parts: int) -> list[KafkaOffsetRange]:
     largest), without empty ones."""
     if parts <= 1:
         return [r]
-    out, start, remaining = [], r.start, r.end - r.start
+    out, start, remaining = [], r.start, r.size
     for part in range(parts):
         size = remaining // (parts - part)
         remaining -= size
@@ -526,7 +531,7 @@ def _read_columns(
             clock.resume()
     finally:
         consumer.close()
-        clock.record("source", part.end - part.start)
+        clock.record("source", part.size)
 
 
 def _how_many(remaining: int, room: int, read_records: int, read_bytes: int) -> int:

@@ -136,9 +136,12 @@ def test_the_reader_plans_its_tasks_with_the_options() -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["minPartitions", "maxRecordsPerPartition"])
+@pytest.mark.parametrize(
+    "name",
+    ["minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger", "lb.maxBytesPerTrigger"],
+)
 @pytest.mark.parametrize("value", ["0", "-3", "two"])
-def test_a_bad_cut_option_is_refused_by_name(name: str, value: str) -> None:
+def test_a_bad_positive_option_is_refused_by_name(name: str, value: str) -> None:
     with pytest.raises(ValueError, match=name):
         KafkaSourceConfig.from_options(
             {"kafka.bootstrap.servers": "x:1", "subscribe": "t", name.lower(): value}
