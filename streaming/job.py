@@ -27,6 +27,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    JStreamingQueryListener,
+    QueryProgressEvent,
+    StreamingQueryProgress,
+)
 
 from infra import metrics
 from infra.offsets import earliest_offsets
@@ -222,6 +227,28 @@ def _first_batch_start(settings: StreamSettings, config: LoadBalancerConfig) -> 
 _LISTENERS: dict[int, Any] = {}
 
 
+class _JsonProgress(JStreamingQueryListener):
+    """PySpark's bridge from the JVM's listener bus to a Python listener, with each progress
+    event read as one JSON text instead of field by field.
+
+    Why: PySpark's ``QueryProgressEvent.fromJObject`` reads every field of the progress with its
+    own Py4J call, and a reflective lookup among them makes the JVM search every jar of its
+    class path. That cost 130 ms per batch on a bare rate-source query (2.9 ms as JSON) and
+    about a tenth of the JVM's CPU at a million bundles, on the cores the batches need
+    (docs/benchmarks.md, "The query listener"). The JSON is Spark's own
+    ``StreamingQueryProgress.json``, parsed by PySpark's ``fromJson``; should that ever fail,
+    the event is read the slow way rather than lost."""
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        try:
+            progress = StreamingQueryProgress.fromJson(json.loads(jevent.progress().json()))
+            event = QueryProgressEvent(progress=progress)
+        except Exception:
+            log.warning("progress event not readable as JSON; read field by field", exc_info=True)
+            event = QueryProgressEvent.fromJObject(jevent)
+        self.pylistener.onQueryProgress(event)
+
+
 def progress_listener(spark: Any) -> Any:
     """The session's query listener that counts input rows (one per session, made on demand).
 
@@ -236,6 +263,14 @@ def progress_listener(spark: Any) -> Any:
         return _LISTENERS[key]
 
     class InputRowsListener(StreamingQueryListener):
+        @property
+        def _jlistener(self) -> Any:
+            # PySpark's own bridge object, with progress events read as JSON (_JsonProgress)
+            if not hasattr(self, "_jlistenerobj"):
+                jvm = spark.sparkContext._jvm
+                self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonProgress(self))
+            return self._jlistenerobj
+
         def __init__(self) -> None:
             self.queries: dict[str, bool] = {}  # query id -> whether its input rows are records
             self.first_starts: dict[str, Offsets] = {}  # query id -> a new checkpoint's start

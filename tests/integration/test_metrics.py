@@ -140,10 +140,24 @@ def _read_all(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def test_lbctl_stream_serves_metrics_that_reflect_the_batches(
-    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, exporter_log
-):
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, exporter_log,
+    monkeypatch,
+):  # fmt: skip
+    from pyspark.sql.streaming.listener import QueryProgressEvent
+
     from lbctl.main import main
     from metadata_store.ownership_redis import RedisStore
+
+    # The input-row count reads each progress event as one JSON text; PySpark's field-by-field
+    # reading (a Py4J call per field, a class-path search among them) is only the fallback.
+    slow_reads: list[int] = []
+    slow = QueryProgressEvent.fromJObject.__func__
+
+    def counted(cls: type, jevent: object) -> QueryProgressEvent:
+        slow_reads.append(1)
+        return slow(cls, jevent)
+
+    monkeypatch.setattr(QueryProgressEvent, "fromJObject", classmethod(counted))
 
     config = _config(unique_topic)
     store = RedisStore(fresh_redis, config.redis_key_prefix)
@@ -206,6 +220,7 @@ def test_lbctl_stream_serves_metrics_that_reflect_the_batches(
         return _get(now, name, **labels) - before[(name, tuple(sorted(labels.items())))]
 
     assert rows == len(records)
+    assert not slow_reads
     assert delta("lbctl_stream_dead_letters_total") == 2
     batches = delta("lbctl_stream_batches_total")
     assert batches >= 1 and delta("lbctl_stream_batch_duration_seconds_count") == batches
