@@ -36,7 +36,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -350,6 +352,29 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
+def progress_reading_ms(query: Any, repeats: int = 5) -> dict[str, float]:
+    """Milliseconds to read the query's last progress as a Python object, median of
+    ``repeats``: PySpark's field-by-field reading (``fromJObject``, what a plain
+    ``StreamingQueryListener`` gets per batch) against one JSON text (what the job's listener
+    reads, ``streaming.job._JsonProgress``), on the same progress in the same process."""
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    jprogress = query._jsq.lastProgress()
+
+    def median_ms(read: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            read()
+            times.append((time.perf_counter() - started) * 1000)
+        return round(statistics.median(times), 1)
+
+    return {
+        "field_by_field": median_ms(lambda: StreamingQueryProgress.fromJObject(jprogress)),
+        "json": median_ms(lambda: StreamingQueryProgress.fromJson(json.loads(jprogress.json()))),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--brokers", type=int, default=40)
@@ -560,6 +585,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
         rows_total = state.get("numRowsTotal", 0)
         memory_live = memory.stop()
         print("peak memory during the live phase (MB):", memory_live)
+        progress_read = progress_reading_ms(query)
+        print("reading the last progress event (ms, median of 5):", progress_read)
         query.stop()
         spark.stop()
 
@@ -590,6 +617,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         "state_rows": rows_total,
         "spark_plan_ms_per_batch": round(spark_ms),
         "decision_stage_ms_per_batch": round(driver_ms),
+        "progress_event_read_ms": progress_read,
         "peak_memory_backlog_mb": memory_backlog,
         "peak_memory_live_mb": memory_live,
     }
