@@ -53,25 +53,40 @@ _SAMPLES_MAGIC = b"LBQ1"
 _SEP = "\n"  # bundle names and broker ids are printable: a newline never occurs in them
 
 
-MAX_DELTAS = 32
+MAX_DELTAS = 48
 """Delta records a shard keeps at most before the state step writes its whole record again."""
 
+MAX_DELTA_ROWS = 2.5
+"""Rows the deltas of a shard hold at most, as a multiple of the shard's rows, before its whole
+record is written again."""
 
-def compaction_due(shard: int, rows: int, delta_rows: int, deltas: int) -> bool:
+COMPACTION_ODDS = 8
+"""Once a shard's deltas are due to be folded into a whole record, the record is written in
+about one batch in this many (``compaction_due``)."""
+
+
+def compaction_due(shard: int, rows: int, delta_rows: int, deltas: int, event_ms: int) -> bool:
     """Whether the state step writes a shard's whole record (dropping its deltas) rather than
-    appending one more delta, given the shard's rows and the rows and number of its deltas with
-    this batch's counted in.
+    appending one more delta, given the shard's rows, the rows and number of its deltas with
+    this batch's counted in, and the newest event time of the shard's samples in the batch.
 
     Why: a delta costs what the batch changed, a whole record what the shard holds; reading the
     state back (a worker that does not have the shard cached, the driver, a reader of the
     snapshot) costs the record plus every delta. So the record is written again once the deltas
-    hold about as many rows as it does. The threshold is 1 to 1.875 times the rows, by shard
-    number: every shard receives about the same share of each batch's reports, and with one
-    threshold they would all write their whole record in the same batch, the slow batch the
-    deltas are there to avoid."""
-    if deltas > MAX_DELTAS:
+    hold about as many rows as it does (1 to 1.875 times, by shard number) or number 16 to 31
+    (by shard number): it is then *due*. Every shard receives about the same share of each
+    batch's reports, so shards fall due together; a due shard writes its record in the batches
+    whose hash of (shard, ``event_ms``) falls on one value in ``COMPACTION_ODDS``, which spreads
+    the shards that fell due together over the next batches, and lets their next records fall
+    due at different times. Without it, at a million bundles the deltas' count bound made half
+    the shards write their 6 MB records in the same batch, every 33 batches, a batch as slow
+    as one with a policy cycle. The hash is of the batch's input alone, so a replayed batch
+    decides the same. ``MAX_DELTAS`` and ``MAX_DELTA_ROWS`` bound what a due shard may still
+    add."""
+    if deltas > MAX_DELTAS or delta_rows > rows * MAX_DELTA_ROWS:
         return True
-    return delta_rows * 8 > rows * (8 + shard % 8)
+    due = deltas >= 16 + shard % 16 or delta_rows * 8 >= rows * (8 + shard % 8)
+    return due and zlib.crc32(f"{shard}:{event_ms}".encode()) % COMPACTION_ODDS == 0
 
 
 def shard_of(bundle: str, n_shards: int) -> int:

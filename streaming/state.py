@@ -9,8 +9,9 @@ call, so there are few keys and the work inside a key is vectorised):
   the event time it was seen), a map state ``shard_deltas`` of the delta records written since
   (number 1, 2, ... -> record) and a value ``shard_tag`` naming the record and every delta: each
   batch adds the record of the bundles it changed, and the whole record is written again (the
-  deltas cleared) when ``shard_state.compaction_due`` says the deltas have grown to the record's
-  size, for a new shard, or when bundles expired. Why a map and not a list: a worker that missed
+  deltas cleared) when ``shard_state.compaction_due`` says the deltas have grown to about the
+  record's size or number (in a batch picked so that shards do not all do it at once), for a new
+  shard, or when bundles expired. Why a map and not a list: a worker that missed
   a delta reads that entry alone, where a list is read whole (the state server copies every
   value it returns byte by byte, and at a million bundles the list of a shard is megabytes).
   Records are stored as base64 text (``_text``: why). A store written by the layout before keeps
@@ -180,7 +181,7 @@ class LoadStateProcessor(StatefulProcessor):
             if tag is not None:
                 _SHARD_CACHE[key_name] = (tag, state)
             return
-        kind, name, record = self._store(key_name, state, touched, dropped)
+        kind, name, record = self._store(key_name, state, touched, dropped, newest_ms)
         if len(state):
             _SHARD_CACHE[key_name] = (state.tag, state)
         # An emptied shard's record holds no bundle, which is how expiry reaches the view.
@@ -195,7 +196,12 @@ class LoadStateProcessor(StatefulProcessor):
         )
 
     def _store(
-        self, key_name: str, state: ShardState, touched: np.ndarray, dropped: list[str]
+        self,
+        key_name: str,
+        state: ShardState,
+        touched: np.ndarray,
+        dropped: list[str],
+        newest_ms: int,
     ) -> tuple[str, str, bytes]:
         """Store the changed shard: (output kind, its field name, the record stored)."""
         parts = _tag_parts(state.tag)  # the stored record's id and its deltas' ids
@@ -217,10 +223,11 @@ class LoadStateProcessor(StatefulProcessor):
                 len(state),
                 state.delta_rows + len(touched),
                 state.deltas + 1,
+                newest_ms,
             )
         ):
             # the whole record, and no deltas: a new shard, expired bundles (a delta cannot
-            # remove one), deltas as large as the record, or a shard of an older layout
+            # remove one), deltas about as large as the record, or a shard of an older layout
             record = state.to_bytes()
             state.stored, state.deltas, state.delta_rows = True, 0, 0
             state.tag = _tag(uuid.uuid4().hex, [])

@@ -26,7 +26,14 @@ from metadata_store.load_snapshot import (
 from streaming import state as state_mod
 from streaming.driver_view import DriverView, _Made
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, SAMPLES, SHARD, SHARD_DELTA, frame
-from streaming.shard_state import MAX_DELTAS, ShardState, compaction_due, pack_samples
+from streaming.shard_state import (
+    COMPACTION_ODDS,
+    MAX_DELTA_ROWS,
+    MAX_DELTAS,
+    ShardState,
+    compaction_due,
+    pack_samples,
+)
 from streaming.state import LoadStateProcessor
 from tests.unit.test_state_shard_cache import FakeHandle
 
@@ -147,21 +154,57 @@ def test_a_batch_that_expires_bundles_writes_the_whole_record():
     assert handle.deltas == []
 
 
-def test_shards_write_their_whole_records_in_different_batches():
-    # every shard gets a sixth of its bundles per batch: the first batch each writes its whole
-    # record again in must differ between shards, or every shard pays it in the same batch
-    first = {}
-    for shard in range(32):
-        deltas = rows = 0
-        while True:
-            rows += 600
-            deltas += 1
-            if compaction_due(shard, 3_600, rows, deltas):
-                first[shard] = deltas
-                break
-    assert len(set(first.values())) >= 6
-    assert min(first.values()) >= 6  # not before the deltas hold as many rows as the record
-    assert compaction_due(0, 10_000, 1, MAX_DELTAS + 1)  # tiny deltas are bounded in number
+def _whole_records_per_batch(n_shards: int, share: float, batches: int = 300) -> list[int]:
+    """How many of ``n_shards`` shards write their whole record in each batch when every batch
+    changes ``share`` of every shard's rows (reports spread evenly over the shards)."""
+    rows = 31_250
+    per_batch = max(1, int(rows * share))
+    held = [(0, 0)] * n_shards  # each shard's (deltas, delta rows) since its whole record
+    counts = []
+    for batch in range(batches):
+        whole = 0
+        for shard, (deltas, delta_rows) in enumerate(held):
+            deltas, delta_rows = deltas + 1, delta_rows + per_batch
+            if compaction_due(shard, rows, delta_rows, deltas, 1_000 * batch + 371):
+                deltas = delta_rows = 0
+                whole += 1
+            assert deltas <= MAX_DELTAS and delta_rows <= rows * MAX_DELTA_ROWS
+            held[shard] = (deltas, delta_rows)
+        counts.append(whole)
+    return counts
+
+
+@pytest.mark.parametrize("n_shards", [32, 128])
+@pytest.mark.parametrize("share", [0.002, 0.01, 0.045])
+def test_shards_with_small_deltas_do_not_write_their_whole_records_together(n_shards, share):
+    # A million bundles on 32 shards, a broker in 30 reporting per second: a batch changes
+    # about 4.5 % of each shard. Every shard falls due in the same batch; a sixth at most may
+    # then write its whole record in any one batch (the bound on the number of deltas alone
+    # once made half of them, or all, do it together, a batch as slow as a policy cycle's).
+    counts = _whole_records_per_batch(n_shards, share)
+    assert max(counts) <= n_shards // 6
+    # and not more often than the deltas' rows or number call for
+    assert sum(counts) / len(counts) <= 1.25 * n_shards / min(32, 1 / share)
+
+
+@pytest.mark.parametrize("share", [0.1, 0.17, 0.25])
+def test_shards_with_large_deltas_spread_their_whole_records(share):
+    # a batch holding a sixth of the brokers' reports changes a sixth of every shard
+    counts = _whole_records_per_batch(32, share)
+    assert max(counts) <= 12
+    assert sum(counts) / len(counts) <= 1.25 * 32 * share
+
+
+def test_a_shard_is_not_compacted_before_its_deltas_hold_its_rows_or_number():
+    for shard in range(64):
+        for batch in range(50):
+            assert not compaction_due(shard, 3_600, 3_599, 15, 1_000 * batch)
+            assert not compaction_due(shard, 3_600, 3_600 * (8 + shard % 8) // 8 - 1, 15, batch)
+    assert compaction_due(0, 10_000, 1, MAX_DELTAS + 1, 0)  # tiny deltas are bounded in number
+    assert compaction_due(0, 10_000, 25_001, 2, 0)  # and large ones in rows
+    # a due shard (21 deltas for shard 5) writes its record in some batches, not in all
+    picked = sum(compaction_due(5, 3_600, 3_600, 21, t) for t in range(800))
+    assert 800 / COMPACTION_ODDS / 2 < picked < 800 / COMPACTION_ODDS * 2
 
 
 def test_a_delta_for_a_shard_the_view_lost_is_applied_and_the_next_record_heals_it(caplog):
