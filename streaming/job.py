@@ -233,9 +233,9 @@ class _JsonProgress(JStreamingQueryListener):
 
     Why: PySpark's ``QueryProgressEvent.fromJObject`` reads every field of the progress with its
     own Py4J call, and a reflective lookup among them makes the JVM search every jar of its
-    class path. That cost 130 ms per batch on a bare rate-source query (2.9 ms as JSON) and
-    about a tenth of the JVM's CPU at a million bundles, on the cores the batches need
-    (docs/benchmarks.md, "The query listener"). The JSON is Spark's own
+    class path: 75-101 ms per event (0.3-0.4 ms as JSON) and a seventh of the JVM's sampled
+    frames at a million bundles, on the cores the batches need (docs/benchmarks.md, "Whole
+    records spread over batches, and the query listener"). The JSON is Spark's own
     ``StreamingQueryProgress.json``, parsed by PySpark's ``fromJson``; should that ever fail,
     the event is read the slow way rather than lost."""
 
