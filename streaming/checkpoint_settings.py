@@ -6,7 +6,8 @@ checkpoint with another ``--shards`` would put a bundle's new samples in a new s
 old averages stay in the old one until they expire: two entries for one bundle in the view and
 in ``P:load:shards``, each with half of the history. Nothing in Spark notices. So the count is
 written to ``lbctl-stream.json`` in the checkpoint folder when the query first starts, and a
-start that asks for another count is refused with the numbers and the ways out.
+start that asks for another count is refused with the numbers and the ways out. The same
+file records the state partitions the shards' keys were balanced over (``streaming.state_keys``).
 
 Only local checkpoint folders (a path, or a ``file:`` URL) are checked; for a remote one
 (``s3a://``, ``hdfs://``) the check is skipped with a warning, since this process cannot write
@@ -25,6 +26,7 @@ log = logging.getLogger("streaming.checkpoint_settings")
 
 SETTINGS_FILE = "lbctl-stream.json"
 DEFAULT_SHARDS = 32  # bundle state shards of a new checkpoint (``--shards``)
+KEY_PARTITIONS = "stateKeyPartitions"  # the partitions the shard keys are balanced over
 
 
 class CheckpointMismatch(ValueError):
@@ -39,8 +41,16 @@ def local_folder(checkpoint: str) -> Path | None:
     return None
 
 
-def check_shards(checkpoint: str, shards: int) -> None:
-    """Record ``shards`` for a new checkpoint; raise ``CheckpointMismatch`` if it had another."""
+def check_shards(checkpoint: str, shards: int, key_partitions: int | None = None) -> int | None:
+    """Check ``shards`` against the checkpoint's (``CheckpointMismatch`` if it had another);
+    return the state partitions its shard keys are balanced over (``streaming.state_keys``),
+    or None for the plain keys.
+
+    A new checkpoint is recorded by the call that gives ``key_partitions`` (the query's start:
+    the shuffle partitions Spark will fix for it), with its keys balanced over that many
+    partitions; a call without (the command line's check before Spark starts) records nothing.
+    A folder that already holds Spark's offsets but no settings (a checkpoint older than this
+    file) is recorded with the plain keys its state has."""
     folder = local_folder(checkpoint)
     if folder is None:
         log.warning(
@@ -49,7 +59,7 @@ def check_shards(checkpoint: str, shards: int) -> None:
             checkpoint,
             shards,
         )
-        return
+        return None
     path = folder / SETTINGS_FILE
     try:
         recorded = json.loads(path.read_text())
@@ -66,8 +76,17 @@ def check_shards(checkpoint: str, shards: int) -> None:
                 f"cannot change under a checkpoint: run with --shards {had}, or start a new "
                 "checkpoint folder (the averages then start again from the next reports)"
             )
-        return
+        partitions = recorded.get(KEY_PARTITIONS)
+        return int(partitions) if partitions is not None else None
+    if key_partitions is None:
+        return None
+    offsets = folder / "offsets"
+    if offsets.is_dir() and any(offsets.iterdir()):
+        settings: dict[str, int] = {"shards": shards}  # state of plain keys already there
+    else:
+        settings = {"shards": shards, KEY_PARTITIONS: key_partitions}
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{SETTINGS_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps({"shards": shards}) + "\n")
+    tmp.write_text(json.dumps(settings) + "\n")
     os.replace(tmp, path)  # atomic: a reader sees the whole file or none
+    return settings.get(KEY_PARTITIONS)

@@ -43,6 +43,7 @@ from streaming.parse import ParseSettings, parse_batches
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, ddl
 from streaming.source import read_kafka_stream, resolve_source
 from streaming.state import LoadStateProcessor
+from streaming.state_keys import shard_keys
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -120,9 +121,20 @@ def spark_session(
     )
 
 
-def build_stream(spark: Any, settings: StreamSettings, config: LoadBalancerConfig) -> Any:
-    """The state step's output as a streaming DataFrame (before the decision stage)."""
-    parse = ParseSettings(config.max_report_bytes, settings.n_shards, weights_from_config(config))
+def build_stream(
+    spark: Any,
+    settings: StreamSettings,
+    config: LoadBalancerConfig,
+    state_key_partitions: int | None = None,
+) -> Any:
+    """The state step's output as a streaming DataFrame (before the decision stage), the shards'
+    state keys balanced over ``state_key_partitions`` (None: plain keys; ``state_keys``)."""
+    parse = ParseSettings(
+        config.max_report_bytes,
+        settings.n_shards,
+        weights_from_config(config),
+        shard_keys(settings.n_shards, state_key_partitions),
+    )
     source = resolve_source(spark, settings.source)
     raw = read_kafka_stream(
         spark,
@@ -178,7 +190,9 @@ def start_query(
     """Start the whole query; returns the ``StreamingQuery``.
 
     Raises ``CheckpointMismatch`` when the checkpoint was started with another shard count."""
-    check_shards(settings.checkpoint, settings.n_shards)
+    # a new checkpoint's state partitions: what Spark records with its first batch
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    key_partitions = check_shards(settings.checkpoint, settings.n_shards, partitions)
     stage = DecisionStage(
         config=config,
         bootstrap_servers=settings.bootstrap_servers,
@@ -189,7 +203,7 @@ def start_query(
         background_cycles=settings.background_cycles and not settings.available_now,
     )
     writer = (
-        build_stream(spark, settings, config)
+        build_stream(spark, settings, config, key_partitions)
         .writeStream.queryName(settings.query_name)
         .option("checkpointLocation", settings.checkpoint)
         .foreachBatch(stage)

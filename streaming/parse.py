@@ -73,23 +73,34 @@ class ParseSettings:
     max_report_bytes: int
     n_shards: int
     weights: UsageWeights
+    shard_keys: tuple[str, ...] = ()
+    """The state key of each shard (``streaming.state_keys.shard_keys``); empty: ``s:<n>``."""
+
+    def __post_init__(self) -> None:
+        if self.shard_keys and len(self.shard_keys) != self.n_shards:
+            raise ValueError(f"{len(self.shard_keys)} shard keys for {self.n_shards} shards")
+
+    def shard_key(self, shard: int) -> str:
+        return self.shard_keys[shard] if self.shard_keys else SHARD_PREFIX + str(shard)
 
     def to_json(self) -> str:
         """As a reader option of the Kafka source (``streaming.kafka_source``); floats by
         ``repr``, so they come back bit for bit."""
-        return json.dumps(
-            {
-                "maxReportBytes": self.max_report_bytes,
-                "shards": self.n_shards,
-                "weights": [getattr(self.weights, f) for f in _WEIGHT_FIELDS],
-            }
-        )
+        doc: dict[str, Any] = {
+            "maxReportBytes": self.max_report_bytes,
+            "shards": self.n_shards,
+            "weights": [getattr(self.weights, f) for f in _WEIGHT_FIELDS],
+        }
+        if self.shard_keys:
+            doc["shardKeys"] = list(self.shard_keys)
+        return json.dumps(doc)
 
     @classmethod
     def from_json(cls, text: str) -> ParseSettings:
         doc = json.loads(text)
         weights = UsageWeights(**dict(zip(_WEIGHT_FIELDS, map(float, doc["weights"]), strict=True)))
-        return cls(int(doc["maxReportBytes"]), int(doc["shards"]), weights)
+        keys = tuple(str(k) for k in doc.get("shardKeys", ()))
+        return cls(int(doc["maxReportBytes"]), int(doc["shards"]), weights, keys)
 
 
 _WEIGHT_FIELDS = ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out")
@@ -170,7 +181,7 @@ def _rows_of(
     for shard, block in _sample_blocks(names, values, counts, settings.n_shards):
         rows.append(
             (
-                SHARD_PREFIX + str(shard),
+                settings.shard_key(shard),
                 SAMPLES,
                 broker,
                 event_ms,

@@ -3,7 +3,9 @@
 Keys and state layout (why: DESIGN.md §5, each key costs state-server round trips and a Python
 call, so there are few keys and the work inside a key is vectorised):
 
-* ``s:<shard>`` (``crc32(bundle) % n_shards``): the shard as a value state ``shard_text``
+* ``s:<shard>`` (``crc32(bundle) % n_shards``; with a salt, ``s:<shard>.<salt>``, that deals the
+  shards out evenly over the state partitions: ``streaming.state_keys``; its output is named
+  ``s:<shard>`` either way): the shard as a value state ``shard_text``
   holding a whole ``streaming.shard_state.ShardState`` record (per bundle the short- (10) and
   long-term (1000 samples) ``TimeAverageMessageData``, the last sample, its reporting broker and
   the event time it was seen), a map state ``shard_deltas`` of the delta records written since
@@ -82,6 +84,7 @@ from streaming.schema import (
     frame,
 )
 from streaming.shard_state import ShardState, compaction_due, split_samples
+from streaming.state_keys import shard_name, shard_number
 
 SHARD_STATE_SCHEMA = "blob binary"
 SHARD_DELTAS_KEY_SCHEMA = "k int"  # the delta's number after the whole record, from 1
@@ -214,12 +217,12 @@ class LoadStateProcessor(StatefulProcessor):
             self.shard_text.clear()
             self.shard_deltas.clear()
             self.shard_tag.clear()
-            kind, name, record = SHARD, key_name, state.to_bytes()
+            kind, name, record = SHARD, shard_name(key_name), state.to_bytes()
         elif (
             dropped
             or not state.stored
             or compaction_due(
-                int(key_name[len(SHARD_PREFIX) :]),
+                shard_number(key_name),
                 len(state),
                 state.delta_rows + len(touched),
                 state.deltas + 1,
@@ -234,7 +237,7 @@ class LoadStateProcessor(StatefulProcessor):
             self.shard_text.update((_text(record),))
             self.shard_deltas.clear()
             self.shard_tag.update((state.tag,))
-            kind, name = SHARD, key_name
+            kind, name = SHARD, shard_name(key_name)
         else:
             # only the rows this batch changed: the state store and the driver get a sixth of
             # the shard when a batch holds a sixth of the brokers' reports
@@ -245,7 +248,7 @@ class LoadStateProcessor(StatefulProcessor):
             state.tag = _tag(parts[0], [*parts[1], uuid.uuid4().hex[:16]])
             self.shard_deltas.updateValue((state.deltas,), (_text(record),))
             self.shard_tag.update((state.tag,))
-            kind, name = SHARD_DELTA, delta_key(key_name, state.deltas)
+            kind, name = SHARD_DELTA, delta_key(shard_name(key_name), state.deltas)
         return kind, name, record
 
     def _load_shard(self, key_name: str) -> tuple[ShardState, str | None]:

@@ -23,8 +23,9 @@ from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, decode_decision
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.report_codec import encode_report
 from loadbalance.view import LoadState, ingest_many
-from metadata_store.load_snapshot import LoadSnapshot
+from metadata_store.load_snapshot import LoadSnapshot, split_field
 from metadata_store.ownership_redis import RedisStore
+from streaming.checkpoint_settings import SETTINGS_FILE
 from streaming.decide import BatchStats
 from streaming.job import StreamSettings, start_query
 
@@ -249,6 +250,13 @@ def test_state_averages_equal_the_pure_time_average_fold(
         assert _close(brokers[name]["historyUsage"], load.history_usage)
         assert _close(brokers[name]["msgThroughputEma"], load.msg_throughput_ema)
     assert _snapshot_bundles(fresh_redis, config.redis_key_prefix)[names[0]]["broker"] == "b2:8080"
+    # the new checkpoint dealt its 4 shards out over the 2 state partitions (keys s:1.1 and
+    # s:3.6 carry a salt), and the snapshot names the shards s:<n> all the same
+    settings = json.loads((tmp_path / "ckpt" / SETTINGS_FILE).read_text())
+    assert settings == {"shards": 4, "stateKeyPartitions": 2}
+    fields = fresh_redis.hkeys(f"{config.redis_key_prefix}:load:shards")
+    published = {split_field(f.decode())[0] for f in fields}
+    assert published <= {f"s:{n}" for n in range(4)} and "s:1" in published  # s:1's key: s:1.1
 
 
 def test_restart_from_checkpoint_continues_state_and_never_republishes_a_batch(
