@@ -450,7 +450,7 @@ class DecisionStage:
             # (agents running without Redis) leaves every reporting broker in
             namespaces, live = pending.namespaces, pending.brokers or None
         phases = _Phases()
-        self._view.wait_warm(stop=True)  # a warm-up still decoding: the cycle does the rest
+        self._view.wait_warm()  # a warm-up still decoding: the cycle's view needs it done
         phases.mark("cycle_warm_wait")
         with gc_paused():
             view = self._view.cluster_view(namespaces, live)

@@ -662,7 +662,6 @@ class DriverView:
         self._where: dict[str, tuple[str, int]] = {}
         self._lock = threading.Lock()  # decoding: a policy cycle or a warm-up thread
         self._warming: threading.Thread | None = None
-        self._warm_stop = threading.Event()  # set: the running warm-up stops at its next shard
         # per broker, what a view took from its bundle list (``_BrokerRows``), and the bundles
         # whose last reporter changed since the last view (they may join or leave a lastStats)
         self._rows_cache: dict[str, _BrokerRows] = {}
@@ -848,16 +847,11 @@ class DriverView:
             for key, blob in self._shards.items()
         }
 
-    def _decode_all(
-        self,
-        shards: Mapping[str, tuple[bytes, tuple[bytes, ...]]],
-        stop: threading.Event | None = None,
-    ) -> None:
+    def _decode_all(self, shards: Mapping[str, tuple[bytes, tuple[bytes, ...]]]) -> None:
         """Decode the records that changed since they were last decoded: only the new deltas
         when the whole record is the one decoded before. A shard keeps the values already made
         for its unchanged rows (so a cycle makes again only what changed); the bundle index is
-        rebuilt when a shard's bundle list changed. With ``stop`` set, the shards not reached
-        yet are left as they were (each shard is decoded whole or not at all)."""
+        rebuilt when a shard's bundle list changed."""
         with self._lock, gc_paused():
             made = self._made
             renamed = False
@@ -865,8 +859,6 @@ class DriverView:
                 del made[key]
                 renamed = True
             for key in sorted(shards):
-                if stop is not None and stop.is_set():
-                    break
                 blob, deltas = shards[key]
                 old = made.get(key)
                 if old is not None and old.blob is blob and old.deltas <= len(deltas):
@@ -905,45 +897,32 @@ class DriverView:
         if self._warming is not None and self._warming.is_alive():
             return
         shards = self._records()
-        stop = self._warm_stop = threading.Event()
 
         def run() -> None:
             lower_thread_priority()
             try:
-                self._decode_all(shards, stop)
-                self._sum_ahead(stop)
+                self._decode_all(shards)
+                self._sum_ahead()
             except Exception:  # the cycle decodes again; a warm-up must never fail a batch
                 log.warning("view warm-up failed", exc_info=True)
 
         self._warming = threading.Thread(target=run, name="view-warm-up", daemon=True)
         self._warming.start()
 
-    def _sum_ahead(self, stop: threading.Event | None = None) -> None:
+    def _sum_ahead(self) -> None:
         """Sum each broker's time average over the records just decoded, with the rows the
         last view took from its bundle list: the next view reuses every sum whose values did
-        not change in between, and a broker whose did is summed again then (so stopping
-        between brokers leaves nothing wrong)."""
+        not change in between, and a broker whose did is summed again then."""
         cache = dict(self._rows_cache)
         if not cache or self._rows_where is not self._where:
             return  # no view yet, or the bundles were renumbered since
         with self._lock, gc_paused():
             columns = _Columns(dict(self._made))
             for broker in sorted(cache):
-                if stop is not None and stop.is_set():
-                    return
                 columns.time_average(cache[broker].rows, self._sums, broker)
 
-    def wait_warm(self, stop: bool = False) -> None:
-        """Wait for the running warm-up; with ``stop``, have it stop at its next shard or
-        broker first.
-
-        Why a policy cycle stops it rather than waits for the rest: it runs 10 steps nicer,
-        beside the Spark batches, so the cycle waited for a thread the scheduler starves (up
-        to 0.25 s at a million bundles); what it did not reach, the cycle decodes at the normal
-        priority."""
+    def wait_warm(self) -> None:
         if self._warming is not None:
-            if stop:
-                self._warm_stop.set()
             self._warming.join()
             self._warming = None
 

@@ -648,32 +648,3 @@ def test_a_bundle_reported_after_its_namespace_split_is_left_out_of_the_next_vie
     view.apply(_shard_rows({"s:0": late.to_bytes()}))
     seen = view.cluster_view({NS: after}).bundle_data
     assert parent not in seen and set(after.bundle_names) <= set(seen)
-
-
-def test_a_stopped_warm_up_leaves_the_rest_to_the_view_and_the_same_view() -> None:
-    """A policy cycle stops a warm-up still running (``wait_warm(stop=True)``): the shards it
-    did not reach stay as they were, each shard decoded whole or not at all, and the cycle's
-    view is the one a view that never warmed makes."""
-    import threading
-
-    names = NamespaceBundles.initial(NS, 12).bundle_names
-    states = {f"s:{k}": _state(names[4 * k : 4 * k + 4], f"b{k}", 5) for k in range(3)}
-    lists = {f"b{k}": names[4 * k : 4 * k + 4] for k in range(3)}
-    view = DriverView()
-    view.apply(_shard_rows({k: st.to_bytes() for k, st in states.items()}))
-    view.apply(_broker_rows({b: {"bundles": v} for b, v in lists.items()}))
-    stopped = threading.Event()
-    stopped.set()
-    view._decode_all(view._records(), stopped)
-    assert view._made == {}  # stopped before its first shard: nothing half done
-    view.warm()
-    view.wait_warm(stop=True)
-    got = view.cluster_view({NS: NamespaceBundles.initial(NS, 12)})
-    fresh = DriverView()
-    fresh.apply(_shard_rows({k: st.to_bytes() for k, st in states.items()}))
-    fresh.apply(_broker_rows({b: {"bundles": v} for b, v in lists.items()}))
-    want = fresh.cluster_view({NS: NamespaceBundles.initial(NS, 12)})
-    assert {b: bv.time_average for b, bv in got.brokers.items()} == {
-        b: bv.time_average for b, bv in want.brokers.items()
-    }
-    assert sorted(got.bundle_data) == sorted(want.bundle_data)
