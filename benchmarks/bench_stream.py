@@ -172,12 +172,10 @@ def print_live_breakdown(live: list[BatchStats], progress: list[dict]) -> None:
     rows = statistics.mean(reports_of(p) for p in progress)
     # joined by batch id: Spark reports progress for batches the decision stage never saw
     # (one without data) and the other way round (the last one, stopped before its progress)
-    stage = {s.batch_id: s for s in live}
+    stage = {s.batch_id: (round(s.duration_ms - s.collect_ms), s.decisions) for s in live}
     print("live batches (batch id, reports, total ms, decision stage ms, decisions):",
           [(p["batchId"], reports_of(p), p["durationMs"]["triggerExecution"],
-            *((round(stage[p["batchId"]].duration_ms - stage[p["batchId"]].collect_ms),
-               stage[p["batchId"]].decisions) if p["batchId"] in stage else (None, None)))
-           for p in progress])  # fmt: skip
+            *stage.get(p["batchId"], (None, None))) for p in progress])  # fmt: skip
     for s in live:
         if s.decisions:
             print(f"  batch {s.batch_id} with a policy cycle ({s.decisions} decisions), ms:",

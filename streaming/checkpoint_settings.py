@@ -41,6 +41,12 @@ def local_folder(checkpoint: str) -> Path | None:
     return None
 
 
+def has_batches(folder: Path) -> bool:
+    """Whether Spark has logged a batch in the checkpoint folder (its ``offsets`` log)."""
+    offsets = folder / "offsets"
+    return offsets.is_dir() and any(offsets.iterdir())
+
+
 def check_shards(checkpoint: str, shards: int, key_partitions: int | None = None) -> int | None:
     """Check ``shards`` against the checkpoint's (``CheckpointMismatch`` if it had another);
     return the state partitions its shard keys are balanced over (``streaming.state_keys``),
@@ -80,8 +86,7 @@ def check_shards(checkpoint: str, shards: int, key_partitions: int | None = None
         return int(partitions) if partitions is not None else None
     if key_partitions is None:
         return None
-    offsets = folder / "offsets"
-    if offsets.is_dir() and any(offsets.iterdir()):
+    if has_batches(folder):
         settings: dict[str, int] = {"shards": shards}  # state of plain keys already there
     else:
         settings = {"shards": shards, KEY_PARTITIONS: key_partitions}

@@ -37,7 +37,7 @@ from infra import metrics
 from infra.offsets import earliest_offsets
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
-from streaming.checkpoint_settings import DEFAULT_SHARDS, check_shards
+from streaming.checkpoint_settings import DEFAULT_SHARDS, check_shards, has_batches
 from streaming.decide import BatchStats, DecisionStage
 from streaming.parse import ParseSettings, parse_batches
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, ddl
@@ -224,8 +224,7 @@ def _first_batch_start(settings: StreamSettings, config: LoadBalancerConfig) -> 
     progress gives no start offsets for that batch. Known for ``earliest`` (the log's first
     offsets, read now, as the source reads them when it starts); None when the checkpoint
     already has batches (their progress has both ends) or the start is another spec."""
-    offsets_dir = Path(settings.checkpoint) / "offsets"
-    if offsets_dir.is_dir() and any(offsets_dir.iterdir()):
+    if has_batches(Path(settings.checkpoint)):
         return None
     if settings.starting_offsets.strip().lower() != "earliest":
         return None

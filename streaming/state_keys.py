@@ -19,6 +19,7 @@ UTF-8 bytes, checked against Spark's own ``hash()`` by the tests.
 
 from __future__ import annotations
 
+from metadata_store.load_snapshot import shard_key
 from streaming.schema import SHARD_PREFIX
 
 SALT_SEP = "."
@@ -73,15 +74,15 @@ def shard_keys(n_shards: int, partitions: int | None) -> tuple[str, ...]:
     """The state key of each shard ``0 .. n_shards - 1``: balanced over ``partitions`` (see the
     module docstring), or plain ``s:<n>`` when ``partitions`` is None."""
     if partitions is None:
-        return tuple(f"{SHARD_PREFIX}{n}" for n in range(n_shards))
+        return tuple(shard_key(n) for n in range(n_shards))
     if partitions < 1:
         raise ValueError(f"state partitions must be at least 1, not {partitions}")
     keys = []
     for n in range(n_shards):
-        want, key, salt = n % partitions, f"{SHARD_PREFIX}{n}", 0
+        want, key, salt = n % partitions, shard_key(n), 0
         while spark_partition(key, partitions) != want:
             salt += 1
-            key = f"{SHARD_PREFIX}{n}{SALT_SEP}{salt}"
+            key = f"{shard_key(n)}{SALT_SEP}{salt}"
         keys.append(key)
     return tuple(keys)
 
