@@ -416,12 +416,20 @@ def main() -> int:
     ap.add_argument(
         "--keep-work", action="store_true", help="keep the services' and checkpoint's folder"
     )
+    ap.add_argument(
+        "--log-driver",
+        action="store_true",
+        help="log the decision stage's batches and view warm-ups, with times (to stderr)",
+    )
     # accepted for old command lines; the script never writes the doc
     ap.add_argument("--no-append", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     import logging
 
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    if args.log_driver:
+        logging.getLogger("streaming.decide").setLevel(logging.INFO)
+        logging.getLogger("streaming.driver_view").setLevel(logging.DEBUG)
     work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
     try:
         return run(args, work)

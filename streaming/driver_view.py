@@ -43,6 +43,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -837,8 +838,11 @@ class DriverView:
 
     def _note_moved(self, old: ShardState, new: ShardState, rows: np.ndarray) -> None:
         """Add the bundles of ``rows`` (rows of both, same names) whose last reporter differs."""
-        was, now = old.owners, new.owners
-        self._moved.update(new.names[r] for r in rows.tolist() if was[r] != now[r])
+        if not len(rows):
+            return
+        was = np.array(old.owners, dtype=object)[rows]
+        now = np.array(new.owners, dtype=object)[rows]
+        self._moved.update(new.names[r] for r in rows[was != now].tolist())
 
     def _records(self) -> dict[str, tuple[bytes, tuple[bytes, ...]]]:
         """shard -> (whole record, its deltas): what a view is built from, as of now."""
@@ -867,7 +871,9 @@ class DriverView:
                     # the same whole record: apply the new deltas to a copy (a view taken
                     # before keeps reading the old state)
                     state = old.state.copy()
-                    written = [state.merge(decode_bundle_shard(d)) for d in deltas[old.deltas :]]
+                    written = state.merge_all(
+                        [decode_bundle_shard(d) for d in deltas[old.deltas :]]
+                    )
                     renamed |= len(state) != len(old.state)
                     rows = np.concatenate(written)
                     self._note_moved(old.state, state, rows[rows < len(old.state)])
@@ -900,11 +906,18 @@ class DriverView:
 
         def run() -> None:
             lower_thread_priority()
+            wall, cpu = time.monotonic(), time.thread_time()
             try:
                 self._decode_all(shards)
                 self._sum_ahead()
             except Exception:  # the cycle decodes again; a warm-up must never fail a batch
                 log.warning("view warm-up failed", exc_info=True)
+            log.debug(
+                "view warm-up of %d shards: %.0f ms, %.0f ms of its CPU",
+                len(shards),
+                (time.monotonic() - wall) * 1000,
+                (time.thread_time() - cpu) * 1000,
+            )
 
         self._warming = threading.Thread(target=run, name="view-warm-up", daemon=True)
         self._warming.start()

@@ -273,8 +273,9 @@ class ShardState(BundleShard):
         """The shard of a whole record with its delta records (in order) applied."""
         c = decode_bundle_shard(raw)
         state = cls(**{f.name: getattr(c, f.name) for f in fields(BundleShard)})
-        for delta in deltas:
-            state.add_delta(delta)
+        written = state.merge_all([decode_bundle_shard(d) for d in deltas])
+        state.delta_rows += sum(len(rows) for rows in written)
+        state.deltas += len(written)
         state.stored = True
         return state
 
