@@ -205,10 +205,15 @@ class BundleShard:
             for col in _COLUMNS:
                 column = getattr(self, col)
                 column[written] = np.concatenate([getattr(d, col) for d in deltas])[source]
-            owners = np.array(self.owners, dtype=object)
-            new_owners = np.array(list(chain.from_iterable(d.owners for d in deltas)), dtype=object)
-            owners[written] = new_owners[source]
-            self.owners[:] = owners.tolist()
+            new_owners = list(chain.from_iterable(d.owners for d in deltas))
+            if 4 * len(written) < len(self.owners):  # a few rows: not worth two whole copies
+                owners = self.owners
+                for row, at in zip(written.tolist(), source.tolist(), strict=True):
+                    owners[row] = new_owners[at]
+            else:
+                every = np.array(self.owners, dtype=object)
+                every[written] = np.array(new_owners, dtype=object)[source]
+                self.owners[:] = every.tolist()
         ends = np.cumsum([len(d.names) for d in deltas])[:-1]
         return np.split(rows, ends)
 
