@@ -276,6 +276,9 @@ class MemorySampler:
     def __init__(self, spark: object) -> None:
         self.spark = spark
         self.peaks: dict[str, float] = {}
+        self.workers: set[int] = set()  # Python worker processes seen (a new one costs imports)
+        self.cpu_s = 0.0  # the sampler's own CPU time, which the job's driver process pays
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
 
@@ -298,6 +301,9 @@ class MemorySampler:
 
         mb = 1024 * 1024
         me = psutil.Process()
+        # reading a worker's PSS walks its whole page map (about 25 ms of this process's CPU
+        # per sample at a million bundles): every fourth sample, every 2 s
+        pss = self.samples % 4 == 0
         out = {"driver_python_rss_mb": me.memory_info().rss / mb, "python_workers_pss_mb": 0.0}
         for p in me.children(recursive=True):
             try:
@@ -305,7 +311,9 @@ class MemorySampler:
                 if "java" in head.split(" ", 1)[0]:
                     out["driver_jvm_rss_mb"] = p.memory_info().rss / mb
                 elif "pyspark" in head:  # proportional: forked workers share pages
-                    out["python_workers_pss_mb"] += p.memory_full_info().pss / mb
+                    self.workers.add(p.pid)
+                    if pss:
+                        out["python_workers_pss_mb"] += p.memory_full_info().pss / mb
             except psutil.Error:
                 pass
         try:
@@ -318,10 +326,14 @@ class MemorySampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
+            started = time.thread_time()
             try:
                 sample = self._sample()
             except Exception:
                 continue
+            finally:
+                self.cpu_s += time.thread_time() - started
+                self.samples += 1
             for k, v in sample.items():
                 self.peaks[k] = max(self.peaks.get(k, 0.0), v)
 
@@ -596,6 +608,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
         rows_total = state.get("numRowsTotal", 0)
         memory_live = memory.stop()
         print("peak memory during the live phase (MB):", memory_live)
+        print(f"Python worker processes seen over the run: {len(memory.workers)}; the memory "
+              f"sampler's own CPU: {memory.cpu_s:.1f} s over {memory.samples} samples")  # fmt: skip
         progress_read = progress_reading_ms(query)
         print("reading the last progress event (ms, median of 5):", progress_read)
         query.stop()
