@@ -362,6 +362,26 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def machine_speed(raw: bytes, repeats: int = 9) -> float:
+    """CPU ms (median) of a fixed piece of the job's own kind of work on one core: decoding one
+    report and sorting a million floats. Taken before the services start and after the live
+    phase, it shows how fast the machine ran that run: on these shared cores the same work
+    takes measurably longer in some runs (other tenants of the host), which moves every
+    latency of the run with it."""
+    import numpy as np
+
+    from loadbalance.report_codec import decode_report_columns
+
+    values = np.random.default_rng(0).random(1_000_000)
+    times = []
+    for _ in range(repeats):
+        started = time.process_time()
+        decode_report_columns(raw, "broker-0:8080", max_bytes=len(raw))
+        np.sort(values)
+        times.append((time.process_time() - started) * 1000)
+    return statistics.median(times)
+
+
 def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
@@ -458,6 +478,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
     print(f"building {args.brokers} x {args.bundles} reports ...", flush=True)
     reports, names = make_reports(args.brokers, args.bundles, args.seed)
     report_bytes = statistics.mean(len(v) for vs in reports for v in vs)
+    speed_before = machine_speed(reports[0][0])
+    print(f"machine speed before the run: {speed_before:.1f} CPU ms for the fixed work")
     samples_per_round = args.brokers * args.bundles
     step_ms = int(args.report_interval_s * 1000)
     with EmbeddedKafka(work) as kafka, EmbeddedRedis(work) as redis_server:
@@ -614,6 +636,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
         print("reading the last progress event (ms, median of 5):", progress_read)
         query.stop()
         spark.stop()
+        speed_after = machine_speed(reports[0][0])
+        print(f"machine speed after the live phase: {speed_after:.1f} CPU ms for the fixed work")
 
     blob = ShardState()
     sample = [n for n in names if shard_of(n, args.shards) == 0]
@@ -643,6 +667,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         "spark_plan_ms_per_batch": round(spark_ms),
         "decision_stage_ms_per_batch": round(driver_ms),
         "progress_event_read_ms": progress_read,
+        "machine_speed_ms_before_after": [round(speed_before, 1), round(speed_after, 1)],
         "peak_memory_backlog_mb": memory_backlog,
         "peak_memory_live_mb": memory_live,
     }
