@@ -16,7 +16,7 @@ placement, recovery, the command line (``broker load-report``, ``broker-stats lo
   every bundle of that shard in little-endian binary (layout below and in the doc); and
   ``s:<n>+<k>`` (k = 1, 2, ...) -> the shard's **delta records**: records of the bundles the
   k-th batch after the base record changed. A delta's rows replace the rows of the same names,
-  and its new names are appended, in k order (``merge_bundle_shard``, ``merged_shards``).
+  and its new names are appended, in k order (``BundleShard.merge_all``, ``merged_shards``).
 
 Why deltas: with a million bundles a batch's reports change about a sixth of every shard, and
 rewriting every whole record in every batch was the largest cost the job paid per batch. The
