@@ -840,8 +840,9 @@ class DriverView:
         """Add the bundles of ``rows`` (rows of both, same names) whose last reporter differs."""
         if not len(rows):
             return
-        was = np.array(old.owners, dtype=object)[rows]
-        now = np.array(new.owners, dtype=object)[rows]
+        picked = rows.tolist()  # only these rows: a batch changes a small part of a shard
+        was = np.array(list(map(old.owners.__getitem__, picked)), dtype=object)
+        now = np.array(list(map(new.owners.__getitem__, picked)), dtype=object)
         self._moved.update(new.names[r] for r in rows[was != now].tolist())
 
     def _records(self) -> dict[str, tuple[bytes, tuple[bytes, ...]]]:

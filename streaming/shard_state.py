@@ -273,16 +273,16 @@ class ShardState(BundleShard):
         """The shard of a whole record with its delta records (in order) applied."""
         c = decode_bundle_shard(raw)
         state = cls(**{f.name: getattr(c, f.name) for f in fields(BundleShard)})
-        written = state.merge_all([decode_bundle_shard(d) for d in deltas])
-        state.delta_rows += sum(len(rows) for rows in written)
-        state.deltas += len(written)
+        state.add_deltas(deltas)
         state.stored = True
         return state
 
-    def add_delta(self, raw: bytes) -> None:
-        """Apply a stored delta record and count it against the whole record it follows."""
-        self.delta_rows += len(self.merge(decode_bundle_shard(raw)))
-        self.deltas += 1
+    def add_deltas(self, raws: Iterable[bytes]) -> None:
+        """Apply stored delta records (in order, in one pass) and count them against the whole
+        record they follow."""
+        written = self.merge_all([decode_bundle_shard(raw) for raw in raws])
+        self.delta_rows += sum(len(rows) for rows in written)
+        self.deltas += len(written)
 
 
 def _step(

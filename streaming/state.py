@@ -312,11 +312,13 @@ class LoadStateProcessor(StatefulProcessor):
         have = len(my_chain)
         if base != my_base or have != state.deltas or chain[:have] != my_chain:
             return None
+        missing = []
         for k in range(have + 1, len(chain) + 1):
             got = self.shard_deltas.getValue((k,))
             if got is None:
                 return None
-            state.add_delta(_bytes(got[0]))
+            missing.append(_bytes(got[0]))
+        state.add_deltas(missing)
         state.tag = tag
         return state
 

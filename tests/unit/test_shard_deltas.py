@@ -339,3 +339,36 @@ def json_doc(names: list[str]) -> str:
 
     doc = {"report": {"bundles": names}, "historyUsage": 0.5, "msgThroughputEma": 1.0}
     return json.dumps({**doc, "updatedAtMs": 1})
+
+
+def test_a_bundle_two_brokers_list_follows_its_last_reporter_with_no_list_changing():
+    """Two brokers list the same bundles (a transfer's old owner still reports them), and each
+    batch only one of them reports: the bundles' last reporter flips while no broker's list
+    changes, so only the moved bundles the view notes from the records can tell it which
+    broker's lastStats each bundle is in now."""
+    rng = np.random.default_rng(11)
+    key = "s:0"
+    handle = FakeHandle()
+    proc = LoadStateProcessor(0.9, 60_000, 10**9)
+    proc.init(handle)
+    view = DriverView()
+    fields: dict[str, bytes] = {}
+    nb = NamespaceBundles.initial("t/ns", 32)
+    shared = list(nb.bundle_names[:8])
+    lists = {"b1": shared + list(nb.bundle_names[8:20]), "b2": shared + list(nb.bundle_names[20:])}
+    namespaces = {"t/ns": nb}
+    for batch in range(16):
+        event_ms = 1_000 * (batch + 1)
+        reporter = "b1" if batch % 3 else "b2"
+        batch_rows = _batch(key, rng, lists[reporter], event_ms)
+        batch_rows["broker"] = reporter
+        out = list(proc.handleInputRows((key,), iter([batch_rows]), None))
+        view.apply(pd.concat([*out, _broker_rows(lists, event_ms)], ignore_index=True))
+        _redis_apply(fields, view.take_changes())
+        if batch % 4 == 3:
+            view.warm()
+            view.wait_warm()
+        got = view.cluster_view(namespaces)
+        brokers = {b: json_doc(v) for b, v in lists.items()}
+        fresh = DriverView.from_snapshot(brokers, fields).cluster_view(namespaces)
+        assert _view_figures(got) == _view_figures(fresh), f"batch {batch}"

@@ -223,6 +223,31 @@ def test_a_worker_one_batch_behind_applies_the_deltas_since_instead_of_reading_t
     assert a["s:0"][1].to_bytes() == expected.to_bytes()
 
 
+def test_a_worker_several_batches_behind_applies_every_delta_it_missed():
+    """Caught up over three deltas another worker wrote, in one pass: the same shard, and the
+    same count of deltas and their rows, as the worker that wrote them."""
+    many, handle, proc, a, b = _two_workers()
+    _as_worker(a, proc, 10.0, 1_000, many)  # the whole record
+    batches = [(20.0 + k, 2_000 + k, many[2 * k : 2 * k + 3]) for k in range(3)]
+    for rate, t, part in batches:
+        _as_worker(b, proc, rate, t, part)  # three small deltas a has not seen
+    reads = handle.values["shard_text"].gets
+    caught_up = _as_worker(a, proc, 30.0, 3_000, many[20:22])
+    assert handle.values["shard_text"].gets == reads, "the whole record was read again"
+    assert len(handle.deltas) == 4
+    straight = FakeHandle()
+    proc2 = _processor(straight)
+    state_mod._SHARD_CACHE.clear()
+    for rate, t, part in [(10.0, 1_000, many), *batches, (30.0, 3_000, many[20:22])]:
+        expected = _run(proc2, rate, t, part)
+    assert caught_up.to_bytes() == expected.to_bytes()
+    # the worker's own copy counts the deltas since the record as the writer's copy does (the
+    # count decides when the whole record is written again)
+    mine, writers = a["s:0"][1], state_mod._SHARD_CACHE["s:0"][1]
+    assert mine.to_bytes() == writers.to_bytes()
+    assert (mine.deltas, mine.delta_rows) == (writers.deltas, writers.delta_rows) == (4, 11)
+
+
 def test_a_cached_copy_the_store_rolled_back_past_is_not_caught_up():
     handle = FakeHandle()
     proc = _processor(handle)
