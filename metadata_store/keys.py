@@ -42,12 +42,19 @@ key                      type    fields / format                          reposi
                                  ``cycle_pending`` (0/1)
 ``P:stream:pending``     hash    ``batch``, ``namespaces`` (JSON          ``RedisProgress``
                                  ``{ns: [boundary, ...]}``)
+``P:policies``           hash    ``version`` (raised by every write),     ``PlacementPoliciesStore``
+                                 ``cluster`` (name the first cluster-
+                                 scoped write gave), ``doc`` (JSON in
+                                 Pulsar's admin shapes:
+                                 ``namespaceIsolationPolicies``,
+                                 ``localPolicies``, ``failureDomains``)
 =======================  ======  =======================================  ====================
 
 Repositories: ``RedisStore`` (``ownership_redis``, the ``OwnershipStore`` of
 ``protocol``), ``OutcomeLog`` (``outcomes``), ``EventOutbox`` (``outbox``),
 ``Preallocations`` (``placement_state``), ``RecoveryState`` (``recovery_state``),
-``LoadSnapshot`` (``load_snapshot``, written by the streaming job through
+``PlacementPoliciesStore`` (``placement_policies``, isolation policies, anti-affinity groups
+and failure domains), ``LoadSnapshot`` (``load_snapshot``, written by the streaming job through
 ``RedisProgress.commit``), ``RedisProgress`` (``progress``, the cycle state's JSON in
 ``cycle_state``). The load snapshot is a published format (``docs/snapshot-format.md``), its
 layout and its one reader in ``load_snapshot``.
@@ -145,3 +152,7 @@ class Keys:
 
     def stream_pending(self) -> str:
         return self._k("stream:pending")
+
+    # -- placement policies ------------------------------------------------------------------
+    def policies(self) -> str:
+        return self._k("policies")

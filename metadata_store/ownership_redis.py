@@ -24,7 +24,7 @@ Keys: ``P:namespaces``, ``P:ns:<tenant/ns>``, ``P:lease:<bundle>``, ``P:owned:<b
 ``P:fence``, ``P:broker:<id>``, ``P:brokers`` and ``P:epoch``, with their formats in the table of
 ``metadata_store.keys``. The other families that controller code reads over the same connection
 are reached through this store's repositories (``outcomes``, ``outbox``, ``load_snapshot``,
-``preallocations``, ``recovery_state``).
+``preallocations``, ``recovery_state``, ``placement_policies``).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim
 from metadata_store.load_snapshot import LoadSnapshot
 from metadata_store.outbox import EventOutbox
 from metadata_store.outcomes import OutcomeLog
+from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.placement_state import Preallocations
 from metadata_store.recovery_state import RecoveryState
 
@@ -776,6 +777,10 @@ class RedisStore:
     @functools.cached_property
     def recovery_state(self) -> RecoveryState:
         return RecoveryState(self.r, self.p)
+
+    @functools.cached_property
+    def placement_policies(self) -> PlacementPoliciesStore:
+        return PlacementPoliciesStore(self.r, self.p)
 
 
 def _live_lease(bundle: str, raw: Sequence[Any], now_ms: int) -> Lease | None:
