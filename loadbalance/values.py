@@ -90,6 +90,10 @@ class SkipReason(StrEnum):
     HYSTERESIS = "Hysteresis"
     MAX_MERGES_PER_CYCLE = "MaxMergesPerCycle"
     NAMESPACE_MINIMUM_BUNDLES = "NamespaceMinimumBundles"
+    NAMESPACE_POLICIES = "NamespacePolicies"
+    """``shouldNamespacePoliciesUnload`` refused: no other broker its isolation policy allows."""
+    ANTI_AFFINITY = "AntiAffinity"
+    """``shouldAntiAffinityNamespaceUnload`` refused: moving it cannot spread its group."""
 
 
 __all__ = ["DecisionKind", "DecisionReason", "OutcomeKind", "SkipReason", "StrEnum"]

@@ -62,6 +62,8 @@ WIRE_TEXTS: dict[type[StrEnum], tuple[str, ...]] = {
         "Hysteresis",
         "MaxMergesPerCycle",
         "NamespaceMinimumBundles",
+        "NamespacePolicies",
+        "AntiAffinity",
     ),
     RowKind: ("samples", "report", "dead", "shard", "shard_delta", "broker", "broker_gone"),
 }
