@@ -338,6 +338,19 @@ class LoadBalancerConfig(BaseModel):
         "Prefer brokers with the fewest bundles of the namespace.",
         alias="loadBalancerDistributeBundlesEvenlyEnabled",
     )
+    prefer_later_versions: bool = _f(
+        False,
+        "Pulsar's BrokerVersionFilter: place bundles only on the candidates whose report's "
+        "brokerVersionString is the latest semantic version; when any candidate's version is "
+        "missing or unparseable, every candidate stays (Pulsar's fallback).",
+        alias="preferLaterVersions",
+    )
+    failure_domains_enabled: bool = _f(
+        False,
+        "Spread the namespaces of an anti-affinity group over failure domains too "
+        "(clusters create-failure-domain) before spreading them over brokers.",
+        alias="failureDomainsEnabled",
+    )
     load_balancer_placement_projected_overload_check_enabled: bool = _f(
         False,
         "Ours: refuse a destination the bundle's estimated load (its averages, or its share of "
@@ -743,10 +756,6 @@ RECOGNISED_PULSAR_KEYS = {
         "the extensible manager's delay before tombstoning split parents in its service-unit "
         "state channel. Here ownership is Redis leases and a split replaces its parent in one "
         "atomic script, so nothing is left to tombstone"
-    ),
-    "preferLaterVersions": (
-        "Pulsar's BrokerVersionFilter (place on the newest broker version first). Not "
-        "applied here: placement does not filter by brokerVersionString"
     ),
 }
 # A key with one of these prefixes is meant for the load balancer: if it is unknown, it is

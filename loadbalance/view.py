@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 from loadbalance.bundles import NamespaceBundles, bundle_namespace
 from loadbalance.model import LocalBrokerData
+from loadbalance.placement.policies import NO_POLICIES, PlacementPolicies
 from loadbalance.time_average import BundleData, TimeAverageBrokerData, history_usage
 
 _EMPTY: Mapping = MappingProxyType({})
@@ -76,6 +77,9 @@ class ClusterView:
     report_digests: ReportDigests | None = field(default=None, compare=False, repr=False)
     """Figures worked out when the reports were folded (``build_view`` sets them); read
     through ``digest_of``, which checks they still describe this view."""
+    policies: PlacementPolicies = NO_POLICIES
+    """The operator's placement policies (isolation, anti-affinity groups, failure domains)
+    that placement and the shedders' guards read; empty when none is set."""
 
     def owner_of(self, bundle: str) -> str | None:
         for name, b in self.brokers.items():
@@ -302,6 +306,7 @@ def build_view(
     preallocated: Mapping[str, Mapping[str, BundleData]] | None = None,
     topic_hashes: Mapping[str, tuple[int, ...]] | None = None,
     time_averages: Mapping[str, TimeAverageBrokerData] | None = None,
+    policies: PlacementPolicies | None = None,
 ) -> ClusterView:
     """Assemble the view for one cycle from the aggregation state.
 
@@ -337,6 +342,7 @@ def build_view(
         preallocated=_preallocations(preallocated),
         topic_hashes=MappingProxyType(dict(topic_hashes or {})),
         report_digests=ReportDigests(state.bundles, MappingProxyType(digests)),
+        policies=policies if policies is not None else NO_POLICIES,
     )
 
 
@@ -356,7 +362,8 @@ def _summing_order(report: LocalBrokerData) -> Iterable[str]:
 def with_preallocated(
     view: ClusterView, preallocated: Mapping[str, Mapping[str, BundleData]] | None
 ) -> ClusterView:
-    """The same view with other preallocations (lookups placed since it was built)."""
+    """The same view with other preallocations (lookups placed since it was built); every
+    other field, the policies included, is kept."""
     return replace(view, preallocated=_preallocations(preallocated))
 
 

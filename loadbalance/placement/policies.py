@@ -34,6 +34,7 @@ from loadbalance.errors import InvalidInput
 
 __all__ = [
     "MIN_AVAILABLE",
+    "NO_POLICIES",
     "AutoFailoverPolicy",
     "NamespaceIsolationPolicy",
     "PlacementPolicies",
@@ -319,6 +320,10 @@ class PlacementPolicies:
         return out
 
 
+NO_POLICIES = PlacementPolicies()
+"""The empty value (no policy at all): ``ClusterView``'s default, shared, never changed."""
+
+
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     if value is None:
         return _EMPTY
@@ -330,4 +335,3 @@ def _mapping(value: Any, path: str) -> Mapping[str, Any]:
 def _check_namespace(ns: Any, path: str) -> None:
     if not isinstance(ns, str) or ns.count("/") != 1 or not all(ns.split("/")):
         raise _fail(path, f"expected a namespace as tenant/namespace, got {ns!r}")
-

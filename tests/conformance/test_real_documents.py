@@ -267,7 +267,7 @@ def test_stock_broker_conf_loads_with_one_summary_line() -> None:
     assert len(found.ignored_keys) > 100 and "brokerServicePort" in found.ignored_keys
     assert not any(k.startswith("loadBalancer") for k in found.ignored_keys)
     noted = {n.split(":", 2)[1].strip().split("=")[0] for n in found.notes}
-    assert {"loadManagerClassName", "loadBalancerDebugModeEnabled", "preferLaterVersions"} <= noted
+    assert {"loadManagerClassName", "loadBalancerDebugModeEnabled"} <= noted
     # the stock values are read (ThresholdShedder is the stock shedder, memory weight 1.0 in
     # the deprecated section), and the empty NIC override means "what the OS reports"
     assert config.shedding_strategy_name == "ThresholdShedder"

@@ -214,9 +214,9 @@ def test_non_load_balancer_keys_give_one_summary_line_and_verbose_lists_them(
     verbose = capsys.readouterr().err
     for i in range(40):
         assert f"(not a load-balancer setting): someBrokerSetting{i}\n" in verbose
-    for key in ("loadManagerClassName", "loadBalancerDebugModeEnabled", "preferLaterVersions"):
+    for key in ("loadManagerClassName", "loadBalancerDebugModeEnabled"):
         assert f"lbctl: note: broker.conf: {key}=" in verbose
-    assert "BrokerVersionFilter" in verbose and "BrokerLoadData" in verbose
+    assert "BrokerLoadData" in verbose
 
 
 def test_infinite_or_nan_knob_values_are_refused_naming_the_knob() -> None:
