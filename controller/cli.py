@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from controller import admin_verbs as av
+from controller import policy_verbs
 from controller.loop import run_loop
 from controller.placement import lookup_assign_event
 from controller.recovery import AutoRecovery
@@ -72,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_ownership(subparsers)
     _register_control(subparsers)
     _register_reports(subparsers)
+    policy_verbs.register(subparsers, _verb, _group)
 
 
 def _register_namespaces(subparsers: Any) -> None:
@@ -99,6 +101,7 @@ def _register_namespaces(subparsers: Any) -> None:
     )
     p = _verb(ns_sub, "unload", unload_help, av.unload)
     av.add_unload_arguments(p)
+    policy_verbs.register_namespace_verbs(ns_sub, _verb)
 
 
 def _register_ownership(subparsers: Any) -> None:
