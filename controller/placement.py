@@ -72,7 +72,8 @@ def put_load_snapshot(
 
 
 def load_view(store: RedisStore, config: LoadBalancerConfig, now_ms: int) -> ClusterView | None:
-    """The snapshot as a ``ClusterView`` of live brokers, with the recorded preallocations."""
+    """The snapshot as a ``ClusterView`` of live brokers, with the recorded preallocations and
+    the operator's placement policies (``P:policies``), which every placement honours."""
     live = set(store.live_brokers(now_ms))
     data = store.load_snapshot.read()
     snap = data.snapshot(now_ms, weights_from_config(config), brokers=live)
@@ -91,7 +92,11 @@ def load_view(store: RedisStore, config: LoadBalancerConfig, now_ms: int) -> Clu
         if entries:
             known = bundle_data_from_document(entries)
             pre[b] = {k: known.get(k, BundleData.new()) for k in entries}
-    return replace(snap.view, preallocated=MappingProxyType(pre))
+    return replace(
+        snap.view,
+        preallocated=MappingProxyType(pre),
+        policies=store.placement_policies.read(),
+    )
 
 
 def assign(
