@@ -16,7 +16,9 @@ Per micro-batch, on the driver:
    ``cycle = str(batch_id)`` and ``now_ms`` = the newest Kafka timestamp seen so far (never the
    wall clock), publishes every decision with ``encode_decision``, keyed by bundle (the view
    leaves out bundles whose namespace's boundaries in Redis no longer contain them), and commits
-   the new ``CycleState`` (``commit_cycle``).
+   the new ``CycleState`` (``commit_cycle``). The view carries the operator's placement
+   policies (``P:policies``, read when the cycle runs), so shedding's guards and transfer
+   destinations honour isolation, anti-affinity groups and failure domains.
 
 Why step 4 may run in the background (``background_cycles``, ``lbctl stream
 --background-cycles``; off by default): a cycle over 100,000 bundles is the driver's largest
@@ -35,6 +37,9 @@ reads the view committed with its batch and the namespaces recorded before that 
 batch replayed after a crash computes the same view, and a cycle completed after a crash (the
 first batch a stage runs completes a ``cycle_pending`` it finds, before anything else) the same
 decisions with the same ids.
+The one input a completed cycle reads afresh is the placement policies: an operator who
+changes them between a crash and the cycle's completion gets decisions that follow the new
+policies, which is what the change asked for.
 
 A batch whose id is <= the last completed one is **skipped**: it was completed only after its
 producer flush returned, so its dead letters are already on their topic, and publishing them
@@ -62,6 +67,7 @@ from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
 from loadbalance.shedding.registry import make_shedder
 from loadbalance.values import DecisionReason, SkipReason
+from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
 from streaming.driver_view import DriverView, gc_paused, lower_thread_priority
 from streaming.schema import BROKER, BROKER_GONE, DEAD, ISSUES_FIELD, ISSUES_MARK
@@ -291,6 +297,7 @@ class DecisionStage:
     background_cycles: bool = False
     _progress_store: ProgressStore | None = field(default=None, init=False)
     _progress: Progress | None = field(default=None, init=False)
+    _policies: PlacementPoliciesStore | None = field(default=None, init=False)
     _view: DriverView | None = field(default=None, init=False)
     _metrics: StreamMetrics | None = field(default=None, init=False)
     _cycle: threading.Thread | None = field(default=None, init=False)
@@ -310,6 +317,16 @@ class DecisionStage:
                 )
                 if self.redis_url
                 else MemoryProgress()
+            )
+            # the operator's placement policies, read once per cycle (none without Redis)
+            self._policies = (
+                PlacementPoliciesStore.from_url(
+                    self.redis_url,
+                    self.config.redis_key_prefix,
+                    **self.config.redis_client_kwargs(),
+                )
+                if self.redis_url
+                else None
             )
             self._progress = self._progress_store.read()
             brokers, bundles = self._progress_store.read_snapshot()
@@ -454,6 +471,9 @@ class DecisionStage:
         phases.mark("cycle_warm_wait")
         with gc_paused():
             view = self._view.cluster_view(namespaces, live)
+            if self._policies is not None:
+                # isolation, anti-affinity and failure domains for this cycle's transfers
+                view = replace(view, policies=self._policies.read())
             phases.mark("cycle_view")
             cycle_state, result = step(
                 progress.cycle_state,
