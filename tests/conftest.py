@@ -8,9 +8,8 @@ pytest process if it is killed).
 
 Fixtures:
 
-* ``kafka_bootstrap`` (session, ``str``): ``"127.0.0.1:PORT"`` of an embedded Tansu broker.
-  Tansu is memory-only; create topics with ``unique_topic`` or ``infra.topics.ensure_topics``,
-  and read end offsets with ``infra.offsets.latest_offsets`` (ListOffsets(latest) is wrong there).
+* ``kafka_bootstrap`` (session, ``str``): ``"127.0.0.1:PORT"`` of an embedded Apache Kafka
+  broker (KRaft, one node). Create topics with ``unique_topic`` or ``infra.topics.ensure_topics``.
 * ``unique_topic`` (function, factory): ``unique_topic(partitions=1, prefix="t") -> str`` creates
   a topic with a fresh name, so tests never see each other's records.
 * ``redis_url`` (session, ``str``): ``"redis://127.0.0.1:PORT/0"`` of an embedded Redis (no
@@ -18,8 +17,9 @@ Fixtures:
 * ``fresh_redis`` (function, ``redis.Redis``): a client on that server after ``FLUSHALL``; use it
   when a test needs an empty store. Responses are bytes (``decode_responses`` off).
 * ``spark`` (session, ``SparkSession``): ``local[2]``, 2 shuffle partitions, no UI, RocksDB state
-  store provider, UTC session time zone. Stopped at the end of the session. Streaming tests must
-  stop their queries and use a ``tmp_path`` checkpoint.
+  store provider, UTC session time zone, Spark's Kafka connector on ``spark.jars``. Stopped at
+  the end of the session. Streaming tests must stop their queries and use a ``tmp_path``
+  checkpoint.
 * ``infra_log_dir`` (session, ``Path``): where the embedded servers write their logs; look there
   when a test fails to connect.
 """
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from infra.embedded import EmbeddedKafka, EmbeddedRedis
+from infra.jars import spark_kafka_jars
 from infra.topics import ensure_topics
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.jars", spark_kafka_jars())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

@@ -42,7 +42,7 @@ def test_kafka_answers_metadata_on_a_loopback_port_and_stops_without_a_trace(
         assert metadata.brokers
     assert not pid_alive(pid)
     assert not port_accepts("127.0.0.1", kafka.port)
-    assert (tmp_path / "kafka.log").stat().st_size > 0
+    assert kafka.log_path.stat().st_size > 0
 
 
 def test_redis_answers_ping_and_stops_without_a_trace(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_services_die_when_the_python_parent_is_killed(tmp_path: Path) -> None:
         assert pid_alive(kafka_pid) and pid_alive(redis_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
-        assert _wait_gone(kafka_pid), "tansu outlived its killed parent"
+        assert _wait_gone(kafka_pid), "the Kafka broker outlived its killed parent"
         assert _wait_gone(redis_pid), "redis-server outlived its killed parent"
     finally:
         if parent.poll() is None:

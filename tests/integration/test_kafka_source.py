@@ -1,7 +1,9 @@
-"""The Python Kafka streaming source reads every record exactly once and replays exactly.
+"""Both Kafka sources (Spark's connector and the Python data source) read every record exactly
+once and replay exactly.
 
-Real Tansu, real Spark: records are produced to known partitions, read with
-``trigger(availableNow=True)``, and the query is restarted from its checkpoint.
+Real Apache Kafka, real Spark: records are produced to known partitions, read with
+``trigger(availableNow=True)``, and the query is restarted from its checkpoint. The tests that
+use the ``source`` fixture run once per source.
 """
 
 from __future__ import annotations
@@ -37,8 +39,21 @@ def _produce(bootstrap: str, topic: str, partition_values: list[tuple[int, str]]
     assert producer.flush(10) == 0
 
 
+@pytest.fixture(params=["kafka", "python"])
+def source(request: pytest.FixtureRequest) -> str:
+    """The source under test: Spark's connector (``kafka``) or the Python data source."""
+    return str(request.param)
+
+
 def _run_available_now(
-    spark, bootstrap: str, topic: str, checkpoint: Path, tasks: list[int] | None = None, **kwargs
+    spark,
+    bootstrap: str,
+    topic: str,
+    checkpoint: Path,
+    tasks: list[int] | None = None,
+    *,
+    source: str,
+    **kwargs,
 ) -> list:
     """Run one availableNow query; return (batch id, rows) per non-empty micro-batch. ``tasks``
     gets each batch's number of reading tasks."""
@@ -51,9 +66,7 @@ def _run_available_now(
         if rows:
             batches.append((batch_id, rows))
 
-    df = read_kafka_stream(
-        spark, bootstrap_servers=bootstrap, topic=topic, source="python", **kwargs
-    )
+    df = read_kafka_stream(spark, bootstrap_servers=bootstrap, topic=topic, source=source, **kwargs)
     query = (
         df.writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(checkpoint))
@@ -75,7 +88,7 @@ def _records(batches: list) -> list[Record]:
 
 
 def test_every_record_exactly_once_then_only_new_records_after_restart(
-    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path
+    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path, source: str
 ) -> None:
     topic = unique_topic(2)
     checkpoint = tmp_path / "checkpoint"
@@ -83,7 +96,7 @@ def test_every_record_exactly_once_then_only_new_records_after_restart(
     produced_at_ms = int(time.time() * 1000)
     _produce(kafka_bootstrap, topic, first)
 
-    batches = _run_available_now(spark, kafka_bootstrap, topic, checkpoint)
+    batches = _run_available_now(spark, kafka_bootstrap, topic, checkpoint, source=source)
     rows = [r for _, rs in batches for r in rs]
     assert all(r.topic == topic and r.timestampType == 0 for r in rows)
     assert all(abs(r.ts_ms - produced_at_ms) < 60_000 for r in rows)
@@ -95,7 +108,7 @@ def test_every_record_exactly_once_then_only_new_records_after_restart(
     assert len(_records(batches)) == 10  # no duplicates
 
     _produce(kafka_bootstrap, topic, [(0, "b0"), (0, "b1"), (1, "b2"), (0, "b3")])
-    batches = _run_available_now(spark, kafka_bootstrap, topic, checkpoint)
+    batches = _run_available_now(spark, kafka_bootstrap, topic, checkpoint, source=source)
     assert sorted(_records(batches)) == [
         (0, 5, b"k-b0", b"b0"),
         (0, 6, b"k-b1", b"b1"),
@@ -103,16 +116,16 @@ def test_every_record_exactly_once_then_only_new_records_after_restart(
         (1, 5, b"k-b2", b"b2"),
     ]
 
-    assert _run_available_now(spark, kafka_bootstrap, topic, checkpoint) == []
+    assert _run_available_now(spark, kafka_bootstrap, topic, checkpoint, source=source) == []
 
 
 def test_max_offsets_per_trigger_splits_the_backlog_into_capped_batches(
-    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path
+    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path, source: str
 ) -> None:
     topic = unique_topic(2)
     _produce(kafka_bootstrap, topic, [(i % 2, f"c{i}") for i in range(12)])
     batches = _run_available_now(
-        spark, kafka_bootstrap, topic, tmp_path / "ck", max_offsets_per_trigger=5
+        spark, kafka_bootstrap, topic, tmp_path / "ck", max_offsets_per_trigger=5, source=source
     )
     assert len(batches) >= 3
     assert all(len(rows) <= 5 for _, rows in batches)
@@ -121,13 +134,19 @@ def test_max_offsets_per_trigger_splits_the_backlog_into_capped_batches(
 
 
 def test_max_records_per_partition_reads_a_large_range_in_several_tasks_each_record_once(
-    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path
+    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path, source: str
 ) -> None:
     topic = unique_topic(2)
     _produce(kafka_bootstrap, topic, [(0, f"d{i}") for i in range(11)] + [(1, "e0"), (1, "e1")])
     tasks: list[int] = []
     batches = _run_available_now(
-        spark, kafka_bootstrap, topic, tmp_path / "ck", tasks, max_records_per_partition=4
+        spark,
+        kafka_bootstrap,
+        topic,
+        tmp_path / "ck",
+        tasks,
+        max_records_per_partition=4,
+        source=source,
     )
     # partition 0's 11 records in 3 tasks (3, 4, 4), partition 1's 2 in one
     assert tasks == [4]
@@ -140,25 +159,29 @@ def test_max_records_per_partition_reads_a_large_range_in_several_tasks_each_rec
 
 
 def test_starting_offsets_latest_skips_what_was_there_before(
-    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path
+    spark, kafka_bootstrap: str, unique_topic, tmp_path: Path, source: str
 ) -> None:
     topic = unique_topic(2)
     _produce(kafka_bootstrap, topic, [(0, "old0"), (1, "old1"), (1, "old2")])
     checkpoint = tmp_path / "ck"
     kwargs = {"starting_offsets": "latest"}
-    assert _run_available_now(spark, kafka_bootstrap, topic, checkpoint, **kwargs) == []
+    assert (
+        _run_available_now(spark, kafka_bootstrap, topic, checkpoint, **kwargs, source=source) == []
+    )
     _produce(kafka_bootstrap, topic, [(1, "new0")])
-    batches = _run_available_now(spark, kafka_bootstrap, topic, checkpoint, **kwargs)
+    batches = _run_available_now(spark, kafka_bootstrap, topic, checkpoint, **kwargs, source=source)
     assert _records(batches) == [(1, 2, b"k-new0", b"new0")]
 
 
-def test_schema_matches_the_builtin_kafka_source_and_auto_picks_python_here(
+def test_auto_picks_the_connector_and_both_sources_have_its_schema(
     spark, kafka_bootstrap: str, unique_topic
 ) -> None:
-    assert not builtin_kafka_available(spark)  # the jar is not in the pyspark wheel
-    df = read_kafka_stream(spark, bootstrap_servers=kafka_bootstrap, topic=unique_topic(1))
-    assert df.isStreaming
-    assert df.schema.simpleString() == BUILTIN_KAFKA_SCHEMA
+    assert builtin_kafka_available(spark)  # the session fixture puts the connector on spark.jars
+    topic = unique_topic(1)
+    for source in ("auto", "kafka", "python"):
+        df = read_kafka_stream(spark, bootstrap_servers=kafka_bootstrap, topic=topic, source=source)
+        assert df.isStreaming
+        assert df.schema.simpleString() == BUILTIN_KAFKA_SCHEMA
 
 
 def test_options_pass_kafka_settings_through_and_reject_missing_ones() -> None:
