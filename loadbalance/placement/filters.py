@@ -16,8 +16,10 @@ regardless of dict order.
   the bundle's namespace (``loadBalancerDistributeBundlesEvenlyEnabled``). Counts include
   preallocations, so several placements in one cycle spread over the namespace.
 
-Not modelled (no input for them in the view): namespace isolation policies, anti-affinity groups
-and failure domains, and the broker-version filter.
+The operator's placement rules (heartbeat pinning, namespace isolation, anti-affinity groups
+and failure domains, the broker-version filter) read ``view.policies`` and live beside these, in
+``placement.heartbeat``, ``placement.isolation``, ``placement.anti_affinity`` and
+``placement.version_filter``, composed in Pulsar's order by ``placement.policy_filters``.
 """
 
 from __future__ import annotations

@@ -5,12 +5,21 @@ mutable object built for one cycle (or one batch of lookups) because placements 
 must see each other: that is the whole point of Pulsar's preallocation. Per ``select``:
 
 1. A bundle already preallocated to a live, non-excluded broker goes there again.
-2. Candidates are the reporting brokers minus ``exclude``; then the ``loadBalancerBrokerMaxTopics``
-   filter and, when ``loadBalancerDistributeBundlesEvenlyEnabled``, the fewest-bundles-of-this-
-   namespace filter. An empty result restores the full candidate set, as Pulsar does.
+2. Candidates are the reporting brokers minus ``exclude``, narrowed by the operator's placement
+   rules (``placement.policy_filters``, from ``view.policies`` and two knobs): a heartbeat or
+   SLA-monitor bundle goes to its own live broker whatever the rest says (even when excluded);
+   namespace isolation keeps the namespace's primary brokers (failing over to its secondaries)
+   or, for a namespace under no policy, the shared brokers, and when it keeps none ``select``
+   returns ``None`` with ``last_reason`` saying so (never another broker). Then the
+   ``loadBalancerBrokerMaxTopics`` filter, the anti-affinity filter (with failure domains when
+   ``failureDomainsEnabled``), when ``loadBalancerDistributeBundlesEvenlyEnabled`` the
+   fewest-bundles-of-this-namespace filter, and with ``preferLaterVersions`` the version
+   filter. An empty result restores the candidate set the isolation step left, as Pulsar
+   restores ``applyNamespacePolicies``' result.
 3. The placement strategy picks a broker.
 4. If that broker's ``max_resource_usage()`` is above the overload threshold, the strategy runs
-   again on the full candidate set (the filters may have left only overloaded brokers). With
+   again on the isolation step's candidate set (the filters may have left only overloaded
+   brokers; the rules' set is never left). With
    ``loadBalancerPlacementProjectedOverloadCheckEnabled`` (ours, off by default) the check also
    projects the bundle's estimated load onto the chosen broker's own capacity
    (``loadbalance.strategies``: usage per unit of work measured on that broker, its NIC limits;
@@ -28,6 +37,10 @@ brokers the filters would drop, until the first kept broker and those tied with 
 the same broker, from the same tied brokers in the same order and the same seeded draw, as
 filtering the candidate list and scoring all of it; where the walk cannot tell (every candidate
 already serves the bundle's namespace, or a score is NaN) the lists are filtered and scored.
+A bundle the placement rules can narrow (``PolicyFilter.restricts``: an isolation policy
+exists, its namespace is in an anti-affinity group, it is pinned, or ``preferLaterVersions``)
+always takes the filter-and-score path; with no policy the walk runs as before, at the cost of
+one emptiness test and one prefix test per selection.
 
 Inherited preallocations (``view.preallocated``) are pruned on construction: entries of brokers
 that left the view, and bundles the broker's report already lists (Pulsar drops a preallocation
@@ -49,11 +62,13 @@ from loadbalance.bundles import bundle_namespace
 from loadbalance.errors import InvalidInput
 from loadbalance.placement.base import PlacementStrategy, Preallocations, pending_topics
 from loadbalance.placement.filters import NamespaceCounts, live_candidates
+from loadbalance.placement.heartbeat import pinned_broker
 from loadbalance.placement.least_long_term_message_rate import (
     LeastLongTermMessageRate,
     LeastRateOrder,
 )
 from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
+from loadbalance.placement.policy_filters import PolicyFilter
 from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
 from loadbalance.strategies.least_projected_usage import (
     LeastProjectedUsage,
@@ -71,6 +86,8 @@ PlacementState: TypeAlias = RoundRobinState | None
 
 _EMPTY = "\x00no live broker"
 """``_least_rate``'s answer when no candidate is left (``None`` there means: run the filters)."""
+_NO_LIVE_BROKER = "no live broker to place on"
+_STRATEGY_NONE = "the placement strategy chose no broker"
 
 _REGISTRY: dict[str, Callable[[], PlacementStrategy[Any]]] = {
     LeastLongTermMessageRate.name: LeastLongTermMessageRate,
@@ -134,6 +151,8 @@ class BrokerSelector:
         self._order: LeastRateOrder | None = None
         self._live_set: frozenset[str] = frozenset()
         self._usage: dict[str, float] = {}  # broker -> its report's max resource usage
+        self._rules = PolicyFilter(view, config)
+        self._last_reason = ""
 
     @property
     def strategy(self) -> PlacementStrategy[Any]:
@@ -150,8 +169,15 @@ class BrokerSelector:
             {b: MappingProxyType(dict(m)) for b, m in self._preallocated.items() if m}
         )
 
+    @property
+    def last_reason(self) -> str:
+        """Why the last ``select`` returned ``None`` (empty after a placement)."""
+        return self._last_reason
+
     def select(self, bundle: str, *, exclude: Collection[str] = ()) -> str | None:
-        """The broker ``bundle`` should go to, or ``None`` when no broker can take it."""
+        """The broker ``bundle`` should go to, or ``None`` when no broker can take it (then
+        ``last_reason`` says why: no live broker, or the placement rules allow none)."""
+        self._last_reason = ""
         excluded = set(exclude)
         previous = self._bundle_to_broker.get(bundle)
         if previous is not None:
@@ -166,15 +192,22 @@ class BrokerSelector:
             self._live_set = frozenset(self._live)
         threshold = self._config.load_balancer_broker_overloaded_threshold_percentage / 100.0
         data = self._view.bundle(bundle)
+        if self._rules.restricts(bundle):
+            chosen = self._select_by_rules(bundle, excluded, data, threshold)
+            if chosen is None:
+                return None
+            return self._record(bundle, chosen, data)
         order = self._rate_order(threshold)
         chosen = None
         if order is not None:
             chosen = self._least_rate(order, bundle, excluded, threshold)
             if chosen is _EMPTY:
+                self._last_reason = _NO_LIVE_BROKER
                 return None
         if chosen is None:
             full = self._full(excluded)
             if not full:
+                self._last_reason = _NO_LIVE_BROKER
                 return None
             candidates = self._below_max_topics(full)
             if self._config.load_balancer_distribute_bundles_evenly_enabled:
@@ -184,13 +217,80 @@ class BrokerSelector:
 
             chosen = self._run_strategy(candidates, bundle, data)
             if chosen is None:
+                self._last_reason = _STRATEGY_NONE
                 return None
             if self._max_usage(chosen) > threshold:
                 chosen = self._run_strategy(full, bundle, data) or chosen
         if self._config.load_balancer_placement_projected_overload_check_enabled:
             full = self._full(excluded)
             chosen = self._below_threshold(chosen, full, bundle, data, threshold)
+        return self._record(bundle, chosen, data)
 
+    def candidates(self, bundle: str, *, exclude: Collection[str] = ()) -> list[str]:
+        """The brokers left for ``bundle`` after every filter (what the strategy would score),
+        without placing it: for ``lbctl decide --lookup`` and for operators' questions."""
+        if self._live is None:
+            ttl_s = self._config.load_balancer_broker_load_data_ttl_in_seconds
+            self._live = live_candidates(self._view, now_ms=self._now_ms, load_data_ttl_s=ttl_s)
+            self._live_set = frozenset(self._live)
+        excluded = set(exclude)
+        if self._rules.restricts(bundle):
+            allowed = self._rules.allowed(
+                bundle, self._full(excluded), count=self._ns_counts.count, live=self._live_set
+            )
+            if allowed.pinned or not allowed.brokers:
+                return allowed.brokers
+            return self._filtered(bundle, allowed.isolated)
+        full = self._full(excluded)
+        candidates = self._below_max_topics(full)
+        if self._config.load_balancer_distribute_bundles_evenly_enabled:
+            candidates = self._ns_counts.fewest(bundle, candidates)
+        return candidates or full
+
+    def _select_by_rules(
+        self, bundle: str, excluded: set[str], data: BundleData, threshold: float
+    ) -> str | None:
+        """``select`` for a bundle the placement rules narrow (``PolicyFilter``), in the order
+        of ``ModularLoadManagerImpl.selectBroker``: pinning, isolation, max topics,
+        anti-affinity, distribute evenly, version; an empty result restores the isolation set;
+        the overload re-check (and the projected one) choose only within the isolation set."""
+        allowed = self._rules.allowed(
+            bundle, self._full(excluded), count=self._ns_counts.count, live=self._live_set
+        )
+        if allowed.pinned:
+            # a heartbeat/SLA bundle goes to its own live broker, excluded or not
+            pin = pinned_broker(bundle, self._live_set)
+            if pin is None or pin.broker is None:
+                self._last_reason = allowed.reason or _NO_LIVE_BROKER
+                return None
+            return pin.broker
+        if not allowed.brokers:
+            self._last_reason = allowed.reason
+            return None
+        isolated = allowed.isolated
+        candidates = self._filtered(bundle, isolated)
+        chosen = self._run_strategy(candidates, bundle, data)
+        if chosen is None:
+            self._last_reason = _STRATEGY_NONE
+            return None
+        if self._max_usage(chosen) > threshold:
+            chosen = self._run_strategy(isolated, bundle, data) or chosen
+        if self._config.load_balancer_placement_projected_overload_check_enabled:
+            chosen = self._below_threshold(chosen, isolated, bundle, data, threshold)
+        return chosen
+
+    def _filtered(self, bundle: str, isolated: list[str]) -> list[str]:
+        """Max topics, anti-affinity, distribute evenly and version over the isolation set
+        (sorted); the isolation set itself when they leave nothing."""
+        candidates = self._below_max_topics(isolated)
+        candidates = self._rules.anti_affinity(bundle, candidates, count=self._ns_counts.count)
+        if self._config.load_balancer_distribute_bundles_evenly_enabled:
+            candidates = self._ns_counts.fewest(bundle, candidates)
+        candidates = self._rules.versions(candidates)
+        return candidates or isolated
+
+    def _record(self, bundle: str, chosen: str, data: BundleData) -> str:
+        """Preallocate ``bundle`` on ``chosen`` so that the next ``select`` counts it."""
         self._preallocated.setdefault(chosen, Preallocations())[bundle] = data
         self._bundle_to_broker[bundle] = chosen
         self._ns_counts.add(chosen, bundle_namespace(bundle))

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Allowed", "PolicyFilter", "allowed_destinations"]
 
+_PINNED_PREFIXES = ("pulsar/", "sla-monitor/")
+"""Every heartbeat and SLA-monitor name starts so: a cheap test before the patterns."""
+
 NamespaceCount = Callable[[str, str], int]
 """``count(broker, namespace)``: bundles of the namespace the broker serves or was assigned."""
 
@@ -78,7 +81,9 @@ class PolicyFilter:
     def restricts(self, bundle: str) -> bool:
         """Whether any rule can narrow the candidates of ``bundle`` (``False``: every live
         candidate is allowed, and callers may skip ``allowed``)."""
-        if self._prefer_later or heartbeat_broker_id(bundle) is not None:
+        if self._prefer_later:
+            return True
+        if bundle.startswith(_PINNED_PREFIXES) and heartbeat_broker_id(bundle) is not None:
             return True
         policies = self._policies
         if policies.empty:
