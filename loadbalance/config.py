@@ -486,7 +486,9 @@ class LoadBalancerConfig(BaseModel):
     )
     load_balancer_shedding_bundles_with_policies_enabled: bool = _f(
         False,
-        "TransferShedder: also shed bundles bound by isolation/anti-affinity.",
+        "TransferShedder: shed a bundle whose namespace has an isolation policy or an "
+        "anti-affinity group, and only to a broker those policies allow; off: such bundles are "
+        "not shed at all. The modular shedders' policy guards apply either way.",
         alias="loadBalancerSheddingBundlesWithPoliciesEnabled",
     )
     load_balancer_in_flight_service_unit_state_waiting_time_in_millis: int = _f(

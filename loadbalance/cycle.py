@@ -20,6 +20,12 @@ What it mirrors, and where it differs from Pulsar:
   modular manager places the bundle later, on the next lookup, with the same strategy; choosing
   here makes the destination visible in the decision and lets the controller move it in one step.
   With transfer off, UNLOAD stays an unload and the controller places on lookup.
+* Policy guards: every shedder but TransferShedder (which checks ``isTransferable`` itself) has
+  its selection passed through ``shouldNamespacePoliciesUnload`` and
+  ``shouldAntiAffinityNamespaceUnload`` before placement, as ``doLoadShedding`` does
+  (``shedding.policy_guards``); a refused bundle stays where it is, recorded as a
+  ``NamespacePolicies`` or ``AntiAffinity`` skip. A transfer whose shedder chose the destination
+  (ProjectedUsageShedder) must also name a broker the bundle's policies allow.
 * Merge (ours, off by default) runs with the split step and never touches a bundle another
   decision of this cycle names.
 """
@@ -45,6 +51,7 @@ from loadbalance.decisions import (
 )
 from loadbalance.merge_policy import find_bundles_to_merge
 from loadbalance.placement.pipeline import BrokerSelector, PlacementState
+from loadbalance.shedding.policy_guards import guard_unloads
 from loadbalance.shedding.registry import ShedderState, make_shedder
 from loadbalance.split_policy import SplitState, find_bundles_to_split
 from loadbalance.values import SkipReason
@@ -52,6 +59,7 @@ from loadbalance.view import ClusterView, UsageWeights
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 MINUTE_MS = 60_000
+TRANSFER_SHEDDER = "TransferShedder"
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +247,9 @@ def _shed(
         )
         skips.extend(res.skips)
         shed = [d for d in res.decisions if d.bundle not in busy]
+        if shedder.name != TRANSFER_SHEDDER:  # it checks isTransferable per bundle itself
+            shed, refused = guard_unloads(shed, view, config, shedder.name)
+            skips.extend(refused)
         placed, placement_state = _place(shed, view, config, placement_state, cycle, seed, now_ms)
         decisions.extend(placed)
     return shedder_state, placement_state

@@ -31,7 +31,8 @@ one hot broker, so it also fixes clusters ThresholdShedder never touches (PIP-22
    (``loadBalancerMaxNumberOfBundlesInBundleLoadReport`` largest by ``lastStats``, ranked as
    ``NamespaceBundleStats.compareTo``: bandwidth in, then out, then msg rate) are walked
    **smallest first**, the order ``TopKBundles`` stores them in, skipping recently unloaded and
-   zero-throughput ones and system namespaces, never emptying the top-K list. When the next
+   zero-throughput ones and system namespaces, and those ``isTransferable`` refuses (below),
+   never emptying the top-K list. When the next
    bundle would overshoot, a swap is tried (transfers only): the min broker's top bundles,
    smallest first too, go to the max broker while both new
    throughputs stay below ``thr_max``, accepted once the min side is not above the max side and
@@ -40,6 +41,14 @@ one hot broker, so it also fixes clusters ThresholdShedder never touches (PIP-22
    broker that moved nothing is passed over (skip ``NoBundles``, or ``NoLoadData`` when none of
    its bundles has stats) and its min broker is offered to the next one.
 6. Decisions are TRANSFER to the min broker when ``loadBalancerTransferEnabled``, else UNLOAD.
+
+``isTransferable`` (``policy_guards.PolicyGuard.is_transferable``), checked for every bundle
+of a max broker and of a min broker offered for a swap: a bundle whose namespace has an
+isolation policy or an anti-affinity group moves only with
+``loadBalancerSheddingBundlesWithPoliciesEnabled`` (off by default: such bundles are not shed
+at all); then the placement filters (heartbeat pin, isolation, anti-affinity, version) over all
+brokers of the view must keep the pair's other broker, and, for a plain unload, some broker
+other than the source. A pair whose bundles are all refused moves nothing (``NoBundles``).
 
 Deviations from Pulsar:
 
@@ -54,8 +63,6 @@ Deviations from Pulsar:
 * the view holds reporting brokers only, so Pulsar's "available broker without load data" has
   no counterpart: ``NoLoadData`` covers a non-finite load and max brokers without bundle stats;
 * with fewer than two fresh brokers the cycle stops (``NoBrokers``) without counting a hit;
-* isolation and anti-affinity policies are not modelled: every bundle is transferable and
-  ``loadBalancerSheddingBundlesWithPoliciesEnabled`` has no effect;
 * brokers tie on load by name and bundles on throughput by name; decisions come out pair by
   pair, a swap's bundles just before the bundle that triggered it (Pulsar: an unordered set).
 """
@@ -71,6 +78,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
+from loadbalance.shedding.policy_guards import PolicyGuard
 from loadbalance.shedding.system_namespaces import is_system_bundle
 from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import BrokerView, ClusterView
@@ -227,9 +235,12 @@ class _Pair:
     taken: set[str]
     k: int
     transfer: bool
+    guard: PolicyGuard
     moves: list[tuple[str, str, str, float]] = field(default_factory=list)
     marked: float = 0.0
     gained: float = 0.0
+    refused: int = 0
+    """Bundles passed over because their policies do not allow the move."""
 
     def walk(self, offload_bytes_per_s: float, top: list[tuple[str, float]]) -> None:
         recent = self.view.recently_unloaded
@@ -237,8 +248,12 @@ class _Pair:
         min_side = iter(top_bundles(self.view, self.dst, self.k)) if self.transfer else iter(())
         min_left = len(self.dst.bundles)
         remaining = len(top)
+        src, dst = self.src.broker, self.dst.broker
         for bundle, thr in top:
             if bundle in recent or bundle in self.taken:
+                continue
+            if not self.guard.is_transferable(bundle, src, dst, transfer=self.transfer):
+                self.refused += 1
                 continue
             if remaining <= 1:
                 break
@@ -266,7 +281,11 @@ class _Pair:
         min_new = self.dst.report.msg_throughput + net
         back: list[tuple[str, float]] = []
         for b, t in min_side:
-            if b in recent or b in self.taken or t <= 0:
+            if b in recent or b in self.taken:
+                continue
+            if not self.guard.is_transferable(b, self.dst.broker, self.src.broker, transfer=True):
+                continue
+            if t <= 0:
                 continue
             if min_left - len(back) <= 1:
                 break  # the min broker keeps at least one bundle
@@ -396,6 +415,7 @@ class TransferShedder:
         max_pairs = config.load_balancer_max_number_of_broker_shedding_per_cycle
         taken: set[str] = set()
         decisions: list[Decision] = []
+        guard = PolicyGuard(view, config)
         while stats.pairs < max_pairs and stats.lo < stats.hi:
             reason = stats.reason()
             if reason is None:
@@ -421,10 +441,12 @@ class TransferShedder:
             offload = (max_load - min_load) / 2
             thr_max = src.report.msg_throughput
             offload_bytes_per_s = thr_max * offload / max_load
-            pair = _Pair(view, src, dst, taken, k, transfer)
+            pair = _Pair(view, src, dst, taken, k, transfer, guard)
             pair.walk(offload_bytes_per_s, top)
             if pair.marked <= 0:
                 detail = f"no bundle fits {offload_bytes_per_s:.0f} B/s"
+                if pair.refused:
+                    detail += f"; {pair.refused} refused by placement policies"
                 skips.append(Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail=detail))
                 continue
             net = pair.marked - pair.gained
