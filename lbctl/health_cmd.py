@@ -30,6 +30,11 @@ with nothing unread is idle, so healthy; with reports unread it is stuck, and th
 how many. Without a checkpoint, or when Kafka does not answer, an unchanged batch is judged by
 its age alone.
 
+When a Redis is known (``--redis-url`` or ``redisUrl``), the probe also prints one
+``placement:`` line per namespace that the placement policies leave with no eligible live
+broker (``lbctl.policy_check``), naming the namespace and the policy; those lines leave the
+exit status alone, since the process is not at fault.
+
 Exit status 0 healthy, 1 not healthy (also for a bad option or an unreachable Redis or endpoint:
 container engines reserve status 2); one line on stdout says why.
 """
@@ -52,8 +57,12 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from lbctl.monitor import broker_row
 from lbctl.monitor_lag import LagProbe
+from lbctl.policy_check import policy_problems
 from loadbalance.config import ConfigError, LoadBalancerConfig, redact_url
+from loadbalance.errors import LoadBalancerError
+from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
 
 HEALTHY, UNHEALTHY = 0, 1
@@ -233,7 +242,49 @@ def run_health(args: argparse.Namespace) -> int:
         print(f"{args.process}: unhealthy: cannot write {state_file}: {e.strerror}")
         return UNHEALTHY
     print(f"{args.process}: {'healthy' if verdict.healthy else 'unhealthy'}: {verdict.message}")
+    for line in _policy_lines(args):
+        print(f"placement: {line}")
     return HEALTHY if verdict.healthy else UNHEALTHY
+
+
+def _policy_lines(args: argparse.Namespace) -> list[str]:
+    """Namespaces the placement policies leave with no eligible live broker (``P:policies``
+    against the registry), when a Redis is known; nothing when it cannot be read. They do not
+    change the exit status: the process is not at fault, and restarting it would not help."""
+    try:
+        config = load_from_args(args, quiet=True)
+    except ConfigError:
+        return []
+    url = args.redis_url or config.redis_url
+    if not url:
+        return []
+    client = redis.Redis.from_url(
+        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
+    )
+    try:
+        store = RedisStore(client, config.redis_key_prefix, clock="server")
+        live = store.live_brokers(store.server_time_ms())
+        usage = {
+            name: broker_row(name, doc, 0).max_pct
+            for name, doc in _json_docs(store.load_snapshot.broker_docs_raw()).items()
+        }
+        return policy_problems(store, live, usage)
+    except (redis.RedisError, LoadBalancerError, ValueError):
+        return []
+    finally:
+        client.close()
+
+
+def _json_docs(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, value in raw.items():
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out[name] = doc
+    return out
 
 
 class _ProbeError(Exception):

@@ -13,6 +13,8 @@ works the same against a real cluster. Everything it needs is already there:
 * ``P:outcome-stream`` (written by the controller): every decision's outcome with the decision's
   reason; read incrementally (only new entries each refresh), so a long run stays cheap;
 * ``P:stream:progress``: the streaming job's last completed batch and its event-time clock.
+* ``P:policies``: the placement policies, to name each namespace they leave with no eligible
+  live broker (``lbctl.policy_check``).
 
 Time: leases and registrations are judged against Redis's ``TIME`` (the clock the store's
 scripts use), report freshness against the job's event-time clock (a simulator stamps virtual
@@ -34,6 +36,7 @@ from typing import Any
 
 import redis
 
+from lbctl.policy_check import policy_problems
 from loadbalance.values import DecisionKind, OutcomeKind
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
@@ -122,6 +125,8 @@ class Health:
     reports_stale: Mapping[str, float] = field(default_factory=dict)  # -> s behind the job
     without_report: tuple[str, ...] = ()  # live, registered, no load report
     unregistered_reporting: tuple[str, ...] = ()  # a report, no live registration
+    # namespaces the placement policies leave with no eligible live broker (one line each)
+    policy_problems: tuple[str, ...] = ()
 
     @property
     def unowned(self) -> int:
@@ -216,6 +221,7 @@ class Snapshot:
                 "unregisteredReporting": list(h.unregistered_reporting),
                 "staleBrokers": h.stale_brokers,
             },
+            "policyProblems": list(h.policy_problems),
             "stream": {
                 "batch": self.batch,
                 "eventTimeMs": self.batch_event_ms,
@@ -451,6 +457,9 @@ class Monitor:
             reports_stale=stale,
             without_report=tuple(b for b in live if b not in reporting),
             unregistered_reporting=tuple(sorted(reporting - set(live))),
+            policy_problems=tuple(
+                policy_problems(self.store, live, {r.broker: r.max_pct for r in rows})
+            ),
         )
         return Snapshot(
             rows=tuple(rows),

@@ -292,6 +292,7 @@ def health_text(s: Snapshot) -> list[str]:
     if h.unregistered_reporting:
         reg += "; reporting but not registered: " + ", ".join(h.unregistered_reporting)
     lines.append(reg)
+    lines += [f"placement: {problem}" for problem in h.policy_problems]
     return lines
 
 

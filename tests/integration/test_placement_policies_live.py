@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import json
+
 import redis
 
 import streaming.decide as decide
 from controller.placement import lookup_assign_event, put_load_snapshot
+from lbctl.main import main
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import CycleResult
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.placement.policies import NamespaceIsolationPolicy
 from loadbalance.report_codec import report_to_dict
 from metadata_store.ownership_redis import RedisStore
-from metadata_store.progress import Progress
+from metadata_store.progress import Progress, RedisProgress
 
 ISOLATED = "acme/iso"
 SHARED = "acme/shared"
@@ -91,3 +94,36 @@ def test_the_streaming_cycle_steps_over_the_stored_policies(
     stage._start()
     stage._complete_cycle(Progress(0, 1000, cycle_pending=True), None)
     assert len(seen) == 1 and dict(seen[0].isolation) == {"iso": ISO}
+
+
+def test_health_and_monitor_flag_an_isolated_namespace_whose_brokers_are_all_gone(
+    fresh_redis: redis.Redis, redis_url: str, tmp_path, capsys
+) -> None:
+    """Accepted as Pulsar accepts it, but named by ``lbctl health`` and ``lbctl monitor``."""
+    store = RedisStore(fresh_redis, prefix="pp")
+    for ns in (ISOLATED, SHARED):
+        store.create_namespace(ns, 4)
+    server_ms = store.server_time_ms()
+    store.register_broker("broker-02:8080", server_ms, 600_000)  # a shared broker, live
+    store.register_broker("broker-00:8080", server_ms - 700_000, 1)  # a primary, long gone
+    put_load_snapshot(store, {b: _broker(b) for b in BROKERS}, {})
+    store.placement_policies.set_isolation_policy("use", "iso-a", ISO)
+
+    argv = ["--redis-url", redis_url, "--set", "redisKeyPrefix=pp"]
+    RedisProgress(fresh_redis, "pp").commit(Progress(batch=1, now_ms=1), {}, [], {}, [])
+    code = main(["health", "stream", *argv, "--state-file", str(tmp_path / "s.json")])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0  # the job is making progress; the policy is not its fault
+    flagged = [line for line in out if line.startswith("placement:")]
+    assert len(flagged) == 1 and ISOLATED in flagged[0] and "iso-a" in flagged[0]
+
+    code = main(["monitor", "--once", "--json", *argv])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    [problem] = doc["policyProblems"]
+    assert ISOLATED in problem and "iso-a" in problem
+
+    # a primary comes back: nothing to flag
+    store.register_broker("broker-01:8080", store.server_time_ms(), 600_000)
+    main(["health", "stream", *argv, "--state-file", str(tmp_path / "s.json")])
+    assert "placement:" not in capsys.readouterr().out
