@@ -10,6 +10,14 @@ JSON line. Skips go to stderr, or into the JSON stream with ``--skips``. The sna
 A snapshot that fails validation (``loadbalance.snapshot``: the report codec's rules for every
 field) ends the command with exit status 2 and one line naming the JSON path of the problem;
 the file is read as bytes so that invalid UTF-8 is such a refusal, not a traceback.
+
+``--lookup BUNDLE`` (repeatable) answers lookups instead of running cycles: for each bundle, in
+order, one JSON line ``{"bundle", "candidates", "owner", "reason"?, "alreadyOwned"?}`` placed
+as the controller would (``BrokerSelector`` over the snapshot's view and ``policies``, the
+brokers' reported bundles as the current ownership, each answer preallocated so the next one
+counts it). A bundle a live broker already reports keeps that owner (``"alreadyOwned": true``),
+as a lookup of an owned bundle does; ``owner`` is ``null`` with a ``reason`` when no broker is
+eligible (an isolated namespace with none of its brokers live, a dead broker's heartbeat).
 """
 
 from __future__ import annotations
@@ -17,15 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from infra.config_loading import add_config_arguments, load_from_args
+from loadbalance.bundles import canonical_bundle_name
 from loadbalance.config import ConfigError, LoadBalancerConfig
 from loadbalance.cycle import CycleState, step, weights_from_config
 from loadbalance.decisions import decision_to_dict
 from loadbalance.errors import InvalidInput
+from loadbalance.placement.filters import live_candidates
+from loadbalance.placement.pipeline import BrokerSelector
 from loadbalance.snapshot import (
     Snapshot,
     key_path,
@@ -55,6 +67,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed for random tie-breaks (default 0)")
     p.add_argument("--skips", action="store_true", help="also print skips as JSON lines")
+    p.add_argument(
+        "--lookup",
+        action="append",
+        default=[],
+        metavar="BUNDLE",
+        help="answer a lookup for BUNDLE (repeatable) instead of running cycles: one JSON line "
+        "each with the candidates left after the placement rules and the owner chosen",
+    )
     add_config_arguments(p)
     p.set_defaults(func=run)
 
@@ -103,7 +123,42 @@ def run(args: argparse.Namespace) -> int:
         snap = snapshot_from_document(doc, overrides, weights_from_config(config))
     except InvalidInput as e:
         return _invalid(e)
+    if args.lookup:
+        return _write_lookups(args.lookup, snap, config, args.seed)
     _write_cycles(args, snap, config, int(interval_minutes * MINUTE_MS))
+    return 0
+
+
+def _write_lookups(
+    bundles: list[str], snap: Snapshot, config: LoadBalancerConfig, seed: int
+) -> int:
+    """One JSON line per looked-up bundle (see the module docstring); exit status 2 when a
+    bundle name is not one."""
+    names = []
+    for raw in bundles:
+        try:
+            names.append(canonical_bundle_name(raw))
+        except InvalidInput as e:
+            print(_one_line(f"lbctl decide: --lookup {raw!r}: {e}"), file=sys.stderr)
+            return 2
+    view = snap.view
+    selector = BrokerSelector(view, config, random.Random(seed), now_ms=snap.now_ms)
+    ttl_s = config.load_balancer_broker_load_data_ttl_in_seconds
+    live = set(live_candidates(view, now_ms=snap.now_ms, load_data_ttl_s=ttl_s))
+    owners = view.owners()
+    for bundle in names:
+        line: dict[str, object] = {"bundle": bundle}
+        line["candidates"] = selector.candidates(bundle)
+        current = owners.get(bundle)
+        if current is not None and current in live:
+            line["owner"] = current
+            line["alreadyOwned"] = True
+        else:
+            owner = selector.select(bundle)
+            line["owner"] = owner
+            if owner is None:
+                line["reason"] = selector.last_reason
+        sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
     return 0
 
 

@@ -16,8 +16,13 @@ A snapshot is one JSON document (documented in ``docs/snapshot-format.md``, exam
                         "msgThroughputOut": 1, "numSamples": 10},
           "longTerm": {...}, "topics": 3}},
       "recentlyUnloaded": {"tenant/ns/0x80000000_0xffffffff": 1699999990000},
-      "topicHashes": {"tenant/ns/0x00000000_0x80000000": ["0x00000010", "0x00000020"]}
+      "topicHashes": {"tenant/ns/0x00000000_0x80000000": ["0x00000010", "0x00000020"]},
+      "policies": {"namespaceIsolationPolicies": {...}, "localPolicies": {...},
+                   "failureDomains": {...}}
     }
+
+``policies`` holds the operator's placement policies in Pulsar's admin JSON shapes
+(``PlacementPolicies.from_admin_json``), and becomes the view's ``policies``.
 
 Only ``brokers`` is required. A broker without ``historyUsage`` starts from its report's
 weighted usage (the first-sample rule); a bundle without ``bundleData`` gets one sample from the
@@ -47,6 +52,7 @@ from typing import Any, TypeVar
 
 from loadbalance.bundles import FULL_UPPER, NamespaceBundles, validate_namespace
 from loadbalance.errors import InvalidInput
+from loadbalance.placement.policies import PlacementPolicies
 from loadbalance.report_codec import (
     _bundle,
     _cap,
@@ -75,6 +81,7 @@ TOP_LEVEL_KEYS = frozenset(
         "bundleData",
         "recentlyUnloaded",
         "topicHashes",
+        "policies",
     }
 )
 # A key longer than this is shown cut in an error path (the path stays one short line).
@@ -357,6 +364,7 @@ def snapshot_from_document(
             raise _fail(p, f"must be a list of topic hashes, got {_type(hs)}")
         hashes[name] = tuple(_hash(h, f"{p}[{i}]") for i, h in enumerate(hs))
 
+    policies = PlacementPolicies.from_admin_json(doc.get("policies"), f"{ROOT}.policies")
     newest = max((r.last_update_ms for r, _, _ in reports.values()), default=0)
     now_ms = _int_field(doc, "nowMs", ROOT, newest)
     view = build_view(
@@ -364,5 +372,6 @@ def snapshot_from_document(
         namespaces=namespaces,
         recently_unloaded=recent,
         topic_hashes=hashes,
+        policies=policies,
     )
     return Snapshot(view, now_ms, MappingProxyType(dict(config_overrides)))
