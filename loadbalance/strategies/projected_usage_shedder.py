@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 
+from loadbalance.bundles import is_system_service_bundle
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
 from loadbalance.ranking import order_by_value_then_name
@@ -455,7 +456,8 @@ def _splitting_excess(view: ClusterView, model: UsageModel, high: float, now_ms:
 
 
 def _movable(view: ClusterView, broker: str, pending: Mapping[str, PendingMove]) -> _Candidates:
-    """The broker's bundles that may move now, sorted by work (ties by name).
+    """The broker's bundles that may move now, sorted by work (ties by name); heartbeat,
+    SLA-monitor and ``pulsar/system`` bundles never move (``is_system_service_bundle``).
 
     Built only for brokers the plan actually sheds from: with 100k bundles most brokers are
     never a source in a cycle. A ``lastStats`` that offers ``sample_columns()`` (the streaming
@@ -472,7 +474,9 @@ def _movable(view: ClusterView, broker: str, pending: Mapping[str, PendingMove])
         kept = [
             i
             for i in np.flatnonzero(work > 0).tolist()  # work > 0: never a NaN
-            if names[i] not in recent and names[i] not in pending
+            if names[i] not in recent
+            and names[i] not in pending
+            and not is_system_service_bundle(names[i])
         ]
         kept_names = [names[i] for i in kept]
         kept_work = work[kept]
@@ -483,7 +487,7 @@ def _movable(view: ClusterView, broker: str, pending: Mapping[str, PendingMove])
     raw: list[tuple[float, str]] = []
     made: dict[str, NamespaceBundleStats] = {}
     for bundle, s in stats.items():
-        if bundle in recent or bundle in pending:
+        if bundle in recent or bundle in pending or is_system_service_bundle(bundle):
             continue
         work = (
             s.msg_rate_in + s.msg_rate_out + (s.msg_throughput_in + s.msg_throughput_out) / KBYTES
