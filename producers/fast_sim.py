@@ -279,6 +279,7 @@ class FastSim:
                 forget_brokers(self.load, gone),
                 namespaces=self.namespaces,
                 preallocated=self.preallocated,
+                policies=self.scenario.policies,
             )
         else:
             view = with_preallocated(view, self.preallocated)
@@ -367,6 +368,7 @@ class FastSim:
             namespaces=self.namespaces,
             recently_unloaded=self.cycle_state.recently_unloaded,
             preallocated=self.preallocated,
+            policies=self.scenario.policies,
         )
         t2 = time.perf_counter()
         self.cycle_state, result = step(

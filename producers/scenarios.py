@@ -23,6 +23,9 @@ from typing import Any
 
 from loadbalance.bundles import NamespaceBundles, topic_hash
 from loadbalance.errors import InvalidInput
+from loadbalance.placement.anti_affinity import filter_anti_affinity_group_owned_brokers
+from loadbalance.placement.isolation import namespace_candidates
+from loadbalance.placement.policies import NO_POLICIES, PlacementPolicies
 from producers.sim_model import (
     DIURNAL,
     KBYTES,
@@ -73,6 +76,9 @@ class Scenario:
     initial_assignment: str
     events: tuple[Event, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
+    policies: PlacementPolicies = NO_POLICIES
+    """Placement policies (the scenario's optional ``policies``: Pulsar's admin JSON, as in a
+    snapshot), put into every view the fast simulator builds."""
 
     @property
     def first_event_cycle(self) -> int | None:
@@ -249,6 +255,7 @@ def parse_scenario(doc: Mapping[str, Any], rng: random.Random) -> Scenario:
         initial_assignment=str(doc.get("initial_assignment", BALANCED)),
         events=events,
         config=dict(doc.get("config", {})),
+        policies=PlacementPolicies.from_admin_json(doc.get("policies"), "policies"),
     )
 
 
@@ -275,6 +282,37 @@ def bundle_cpu_pct(model: ClusterModel, bundles: NamespaceBundles) -> dict[str, 
     }
 
 
+def _initial_owners_under_policies(
+    scenario: Scenario, brokers: list[str], cost: Mapping[str, float], rng: random.Random
+) -> dict[str, str]:
+    """``initial_owners`` when the scenario has placement policies: each bundle only among the
+    brokers its isolation policy and anti-affinity group allow (placed largest first, so the
+    group counts see the bundles placed before); a bundle no broker may take starts unowned."""
+    load = {b: 0.0 for b in brokers}
+    limit = {b: scenario.model.brokers[b].cpu_limit_pct for b in brokers}
+    owned: dict[str, list[str]] = {b: [] for b in brokers}
+    out: dict[str, str] = {}
+    order = sorted(cost, key=lambda n: (-cost[n], n))
+    for i, bundle in enumerate(order):
+        ns = bundle.rsplit("/", 1)[0]
+        allowed = namespace_candidates(ns, brokers, scenario.policies, {})
+        allowed = filter_anti_affinity_group_owned_brokers(
+            allowed, bundle, scenario.policies, owned, domains_enabled=True
+        )
+        if not allowed:
+            continue
+        if scenario.initial_assignment == RANDOM:
+            best = allowed[rng.randrange(len(allowed))]
+        elif scenario.initial_assignment == ROUND_ROBIN:
+            best = allowed[i % len(allowed)]
+        else:
+            best = min(allowed, key=lambda b: ((load[b] + cost[bundle]) / limit[b], b))
+        load[best] += cost[bundle]
+        owned[best].append(bundle)
+        out[bundle] = best
+    return out
+
+
 def initial_owners(scenario: Scenario, rng: random.Random) -> dict[str, str]:
     """Where bundles start, the same for every strategy pair so comparisons are fair.
 
@@ -287,6 +325,8 @@ def initial_owners(scenario: Scenario, rng: random.Random) -> dict[str, str]:
     for ns in sorted(scenario.namespaces):
         cost.update(bundle_cpu_pct(scenario.model, scenario.namespaces[ns]))
     names = sorted(cost)
+    if not scenario.policies.empty:
+        return _initial_owners_under_policies(scenario, brokers, cost, rng)
     if scenario.initial_assignment == RANDOM:
         return {b: brokers[rng.randrange(len(brokers))] for b in names}
     if scenario.initial_assignment == ROUND_ROBIN:
