@@ -29,6 +29,8 @@ key                      type    fields / format                          reposi
                                  token, expiresMs] | null}``
 ``P:prealloc:<broker>``  hash    bundle -> JSON ``{shortTerm, longTerm,   ``Preallocations``
                                  topics}``
+``P:placement:version``  string  placements recorded (``INCR`` by every   ``Preallocations``,
+                                 lease a placement takes); absent: 0      ``RedisStore``
 ``P:recovery:last``      string  JSON ``RecoveryReport`` (last rebuild)   ``RecoveryState``
 ``P:recovery-log``       stream  ``report`` (JSON); capped near 1,000     ``RecoveryState``
 ``P:load:version``       string  load snapshot format version (``1``;    ``LoadSnapshot``
@@ -130,6 +132,9 @@ class Keys:
 
     def prealloc(self, broker: str) -> str:
         return self._k(f"prealloc:{broker}")
+
+    def placement_version(self) -> str:
+        return self._k("placement:version")
 
     def recovery_last(self) -> str:
         return self._k("recovery:last")

@@ -198,9 +198,12 @@ def test_a_preallocation_ends_once_a_report_lists_its_bundle(fresh_redis: redis.
     names = NamespaceBundles.initial(NS, 4).bundle_names
     for b in ("b1", "b2"):
         store.register_broker(b, now_ms=0, ttl_ms=10**12)
+    store.create_namespace(NS, 4)
     doc = {"shortTerm": {}, "longTerm": {}, "topics": 3}
     store.preallocations.record("b1", names[0], doc)  # moved on to b2, which reports it
+    store.acquire(names[0], "b2", now_ms=0, ttl_ms=10**12)
     store.preallocations.record("b1", names[1], doc)  # nobody reports it yet
+    store.acquire(names[1], "b1", now_ms=0, ttl_ms=10**12)
     reports = {
         "b1": {"report": report_to_dict(LocalBrokerData(broker="b1")), "updatedAtMs": 0},
         "b2": {
