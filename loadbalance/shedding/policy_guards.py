@@ -154,6 +154,13 @@ class PolicyGuard:
             policies.anti_affinity_group_of(namespace) is not None
         )
 
+    def sheds_bundles_with_policies(self) -> bool:
+        """Whether bundles under policies may be shed at all: the knob is on, or no policy
+        names any namespace (so no bundle is under one)."""
+        policies = self.view.policies
+        enabled = self.config.load_balancer_shedding_bundles_with_policies_enabled
+        return enabled or not (policies.isolation or policies.anti_affinity_groups)
+
     def shedding_with_policies_enabled(self, bundle: str) -> bool:
         """``TransferShedder.isLoadBalancerSheddingBundlesWithPoliciesEnabled``: a bundle under
         policies may be shed only when the knob is on; any other bundle may."""

@@ -42,13 +42,15 @@ one hot broker, so it also fixes clusters ThresholdShedder never touches (PIP-22
    its bundles has stats) and its min broker is offered to the next one.
 6. Decisions are TRANSFER to the min broker when ``loadBalancerTransferEnabled``, else UNLOAD.
 
-``isTransferable`` (``policy_guards.PolicyGuard.is_transferable``), checked for every bundle
-of a max broker and of a min broker offered for a swap: a bundle whose namespace has an
-isolation policy or an anti-affinity group moves only with
-``loadBalancerSheddingBundlesWithPoliciesEnabled`` (off by default: such bundles are not shed
-at all); then the placement filters (heartbeat pin, isolation, anti-affinity, version) over all
-brokers of the view must keep the pair's other broker, and, for a plain unload, some broker
-other than the source. A pair whose bundles are all refused moves nothing (``NoBundles``).
+Placement policies: with ``loadBalancerSheddingBundlesWithPoliciesEnabled`` off (the default),
+bundles whose namespace has an isolation policy or an anti-affinity group are left out of the
+top-K lists (as ``TopKBundles`` leaves them out of the report), so they are never shed and do
+not take the places of bundles that may be. ``isTransferable``
+(``policy_guards.PolicyGuard.is_transferable``) is checked for every bundle of a max broker
+and of a min broker offered for a swap: such a bundle moves only with the knob on; then the
+placement filters (heartbeat pin, isolation, anti-affinity, version) over all brokers of the
+view must keep the pair's other broker, and, for a plain unload, some broker other than the
+source. A pair whose bundles are all refused moves nothing (``NoBundles``).
 
 Deviations from Pulsar:
 
@@ -63,6 +65,8 @@ Deviations from Pulsar:
 * the view holds reporting brokers only, so Pulsar's "available broker without load data" has
   no counterpart: ``NoLoadData`` covers a non-finite load and max brokers without bundle stats;
 * with fewer than two fresh brokers the cycle stops (``NoBrokers``) without counting a hit;
+* a max broker whose top-K list is empty only because every bundle is under policies is a
+  ``NoBundles`` skip (Pulsar's empty ``TopBundlesLoadData`` counts as ``NoLoadData``);
 * brokers tie on load by name and bundles on throughput by name; decisions come out pair by
   pair, a swap's bundles just before the bundle that triggered it (Pulsar: an unordered set).
 """
@@ -71,7 +75,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
@@ -145,9 +149,18 @@ def _ranked(
     return sorted(sorted(items), key=functools.cmp_to_key(cmp))
 
 
-def top_bundles(view: ClusterView, broker: BrokerView, k: int) -> list[tuple[str, float]]:
+def top_bundles(
+    view: ClusterView,
+    broker: BrokerView,
+    k: int,
+    *,
+    excluded: Callable[[str], bool] | None = None,
+) -> list[tuple[str, float]]:
     """The broker's top-K bundles as Pulsar's ``TopKBundles.update`` stores them: the K largest
     by ``NamespaceBundleStats.compareTo``, **smallest first**, with their throughput in bytes/s.
+    Bundles for which ``excluded`` answers true are left out before the K are chosen
+    (``TopKBundles`` leaves out bundles under placement policies unless
+    ``loadBalancerSheddingBundlesWithPoliciesEnabled``).
 
     ``TransferShedder`` walks this list in stored order, so a pair first moves the smallest of
     the top bundles and stops at the first one that would overshoot the offload target; the
@@ -158,7 +171,7 @@ def top_bundles(view: ClusterView, broker: BrokerView, k: int) -> list[tuple[str
     data = view.bundle_data
     items: list[tuple[str, NamespaceBundleStats]] = []
     for b in broker.bundles:
-        if is_system_bundle(b):
+        if is_system_bundle(b) or (excluded is not None and excluded(b)):
             continue
         s = stats.get(b)
         if s is None:
@@ -236,6 +249,7 @@ class _Pair:
     k: int
     transfer: bool
     guard: PolicyGuard
+    excluded: Callable[[str], bool] | None
     moves: list[tuple[str, str, str, float]] = field(default_factory=list)
     marked: float = 0.0
     gained: float = 0.0
@@ -245,7 +259,11 @@ class _Pair:
     def walk(self, offload_bytes_per_s: float, top: list[tuple[str, float]]) -> None:
         recent = self.view.recently_unloaded
         thr_max = self.src.report.msg_throughput
-        min_side = iter(top_bundles(self.view, self.dst, self.k)) if self.transfer else iter(())
+        min_side = (
+            iter(top_bundles(self.view, self.dst, self.k, excluded=self.excluded))
+            if self.transfer
+            else iter(())
+        )
         min_left = len(self.dst.bundles)
         remaining = len(top)
         src, dst = self.src.broker, self.dst.broker
@@ -416,6 +434,7 @@ class TransferShedder:
         taken: set[str] = set()
         decisions: list[Decision] = []
         guard = PolicyGuard(view, config)
+        excluded = None if guard.sheds_bundles_with_policies() else guard.has_policies
         while stats.pairs < max_pairs and stats.lo < stats.hi:
             reason = stats.reason()
             if reason is None:
@@ -423,8 +442,12 @@ class TransferShedder:
             src, dst = stats.brokers[stats.hi], stats.brokers[stats.lo]
             max_load, min_load = stats.loads[stats.hi], stats.loads[stats.lo]
             stats.hi -= 1
-            top = top_bundles(view, src, k)
+            top = top_bundles(view, src, k, excluded=excluded)
             if not top:
+                if excluded is not None and top_bundles(view, src, k):
+                    detail = "every bundle is under placement policies"
+                    skips.append(Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail=detail))
+                    continue
                 why = SkipReason.NO_LOAD_DATA if src.bundles else SkipReason.NO_BUNDLES
                 skips.append(Skip(self.name, why, src.broker, detail="no bundle stats"))
                 continue
@@ -441,7 +464,7 @@ class TransferShedder:
             offload = (max_load - min_load) / 2
             thr_max = src.report.msg_throughput
             offload_bytes_per_s = thr_max * offload / max_load
-            pair = _Pair(view, src, dst, taken, k, transfer, guard)
+            pair = _Pair(view, src, dst, taken, k, transfer, guard, excluded)
             pair.walk(offload_bytes_per_s, top)
             if pair.marked <= 0:
                 detail = f"no bundle fits {offload_bytes_per_s:.0f} B/s"

@@ -30,6 +30,7 @@ from loadbalance.decisions import UNLOAD, make_decision
 from loadbalance.model import NamespaceBundleStats, ResourceUsage
 from loadbalance.placement.policies import PlacementPolicies
 from loadbalance.shedding.policy_guards import PolicyGuard, guard_unloads
+from loadbalance.shedding.transfer_shedder import top_bundles
 from loadbalance.view import ClusterView
 from tests.conformance.pulsar_fixtures import (
     MB,
@@ -316,7 +317,9 @@ def test_bundles_with_isolation_policies_knob_changes_decisions() -> None:
     assert moves(on) == {(b(5), E1, b(1)), (b(4), D1, b(2))}
     _, off = shed("TransferShedder", view, **HIT0)
     assert off.decisions == () and reasons(off)[-1] == "NoBundles"
-    assert sum("2 refused" in s.detail for s in off.skips) == 4
+    details = {s.broker: s.detail for s in off.skips if s.broker}
+    assert details[b(5)] == "every bundle is under placement policies"  # left out of its top-K
+    assert all("2 refused by placement policies" in details[b(n)] for n in (2, 3, 4))
 
 
 ALL_NS = [f"my-tenant/my-namespace{x}" for x in "ABCDE"]
@@ -392,3 +395,52 @@ def test_transfer_shedder_refuses_a_destination_the_policies_forbid() -> None:
     assert res.decisions == () and reasons(res)[-1] == "NoBundles"
     _, plain = shed("TransferShedder", view_of(setup_brokers()), **HIT0)
     assert (b(5), E1, b(1)) in moves(plain)
+
+
+# ----- TopKBundlesTest: bundles under policies in the top-K list -----------------------------
+
+BUNDLE1 = "my-tenant/my-namespace1/0x00000000_0x0fffffff"
+BUNDLE2 = "my-tenant/my-namespace2/0x00000000_0x0fffffff"
+TOPK_ISOLATION = isolation(
+    "policy",
+    ["my-tenant/my-namespace1.*"],
+    ["prod1-broker[1-3].messaging.use.example.com"],
+    secondary=["prod1-broker.*.use.example.com"],
+    min_limit=3,
+)
+
+
+def top_k(doc: dict, knob: bool) -> list[str]:
+    """``TopKBundles.update(bundleStats, 2)`` of a broker serving bundle1 (500 msg/s in) and
+    bundle2 (10000 msg/s in), as TransferShedder lists them."""
+    rates = {
+        BUNDLE1: NamespaceBundleStats(msg_rate_in=500),
+        BUNDLE2: NamespaceBundleStats(msg_rate_in=10000),
+    }
+    view = with_policies(view_of({"b": Broker(0.5, rates)}), doc)
+    guard = PolicyGuard(view, config(loadBalancerSheddingBundlesWithPoliciesEnabled=knob))
+    excluded = None if guard.sheds_bundles_with_policies() else guard.has_policies
+    return [name for name, _ in top_bundles(view, view.brokers["b"], 2, excluded=excluded)]
+
+
+def test_top_k_isolation_policy() -> None:
+    """TopKBundlesTest.testIsolationPolicy: namespace1 is isolated -> only bundle2 is listed."""
+    assert top_k({"namespaceIsolationPolicies": TOPK_ISOLATION}, False) == [BUNDLE2]
+
+
+def test_top_k_anti_affinity_group_policy() -> None:
+    """TopKBundlesTest.testAntiAffinityGroupPolicy: namespace2 is in a group -> only bundle1."""
+    doc = group_doc("namespaceAntiAffinityGroup", ["my-tenant/my-namespace2"])
+    assert top_k(doc, False) == [BUNDLE1]
+
+
+def test_top_k_load_balancer_shedding_bundles_with_policies_enabled_config() -> None:
+    """TopKBundlesTest.testLoadBalancerSheddingBundlesWithPoliciesEnabledConfig: both under
+    policies; knob on -> both listed, smallest first; off -> none."""
+    doc = group_doc(
+        "namespaceAntiAffinityGroup",
+        ["my-tenant/my-namespace2"],
+        namespaceIsolationPolicies=TOPK_ISOLATION,
+    )
+    assert top_k(doc, True) == [BUNDLE1, BUNDLE2]
+    assert top_k(doc, False) == []

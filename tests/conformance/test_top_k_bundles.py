@@ -2,9 +2,10 @@
 on ``transfer_shedder.top_bundles``, plus the same rule for the modular shedders and the split
 policy (Pulsar's ``NamespaceService.isSystemServiceNamespace`` bundles are never moved).
 
-Not ported: ``testSheddingExcludedNamespaces`` (``loadBalancerSheddingExcludedNamespaces`` is
-not a knob here), ``testIsolationPolicy``, ``testAntiAffinityGroupPolicy`` and
-``testLoadBalancerSheddingBundlesWithPoliciesEnabledConfig`` (no namespace policies).
+``testIsolationPolicy``, ``testAntiAffinityGroupPolicy`` and
+``testLoadBalancerSheddingBundlesWithPoliciesEnabledConfig`` are in
+``test_shedding_policies.py``. Not ported: ``testSheddingExcludedNamespaces``
+(``loadBalancerSheddingExcludedNamespaces`` is not a knob here).
 """
 
 from __future__ import annotations

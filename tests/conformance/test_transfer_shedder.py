@@ -10,10 +10,10 @@ marked to offload, which this shedder always does. Bundle names are written cano
 (lower-case hex, as the report codec and ``make_decision`` spell them); Pulsar's test writes
 ``0x0FFFFFFF``.
 
-Not ported (policies this model does not hold): ``testBundlesWithIsolationPolicies``,
-``testBundlesWithAntiAffinityGroup``, ``testFilterHasException``,
-``testIsLoadBalancerSheddingBundlesWithPoliciesEnabled``, and ``testGetAvailableBrokersFailed``
-(no broker registry call can fail inside a pure cycle).
+The policy cases (``testBundlesWithIsolationPolicies``, ``testBundlesWithAntiAffinityGroup``,
+``testIsLoadBalancerSheddingBundlesWithPoliciesEnabled``) are in ``test_shedding_policies.py``.
+Not ported: ``testFilterHasException`` and ``testGetAvailableBrokersFailed`` (no filter or
+broker registry call can fail inside a pure cycle).
 """
 
 from __future__ import annotations
