@@ -239,6 +239,10 @@ def test_a_preallocation_outlives_another_brokers_stale_report_and_ends_with_its
     assert view is not None
     assert set(view.preallocated.get(IDLE, {})) == {x}
     assert x not in view.brokers["broker-01"].report.bundles, "not counted on its old owner"
+    # placing a bundle of another namespace counts it through the stored preallocation alone
+    view = load_view(store, cfg, _now(), BASE_NS)
+    assert view is not None and set(view.preallocated.get(IDLE, {})) == {x}
+    assert set(store.preallocations.of(IDLE)) == {x}
     assert store.release(x, IDLE, lease.token, _now())
     view = load_view(store, cfg, _now(), NS)
     assert view is not None and IDLE not in view.preallocated
