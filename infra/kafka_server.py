@@ -13,6 +13,22 @@ topics) or several (a real quorum for fault tests: replication, leader loss, rol
 Nodes are spawned first and waited for afterwards, because a quorum of three forms only once a
 majority runs. Readiness is a metadata response from the node's client listener listing the
 node itself.
+
+Security (``KafkaSecurity``): the client listener can instead require SASL_SSL with
+SCRAM-SHA-512 or SSL with client certificates, with Kafka's ``StandardAuthorizer`` on. The
+choices, and why:
+
+* There is no PLAINTEXT client listener at all: every client, the readiness probe included,
+  goes through the secured one, so a test that passes proves the secured path. The probe and
+  inter-broker traffic use the super user (``KafkaSecurity.admin_config``).
+* SCRAM users are written into the bootstrap metadata when the storage is formatted
+  (``kafka-storage format --add-scram``), so they exist before the first client connects and
+  no unauthenticated admin request is ever needed.
+* The KRaft CONTROLLER listener stays PLAINTEXT on loopback; a broker reaches its controller
+  there as ``User:ANONYMOUS``, which therefore is a super user. That is safe only because no
+  client listener can yield ``ANONYMOUS``: SASL gives the SASL user, and SSL is only offered
+  with ``ssl.client.auth=required`` (the certificate's CN is the principal).
+* Keys and certificates are PEM files (``ssl.keystore.type=PEM``), no JKS.
 """
 
 from __future__ import annotations
@@ -26,6 +42,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -34,7 +51,7 @@ from confluent_kafka.admin import AdminClient
 from infra import jars
 from infra.process import free_port, log_tail, port_accepts, spawn, terminate
 
-__all__ = ["KafkaCluster", "KafkaNode", "KafkaStartError", "java_binary"]
+__all__ = ["KafkaCluster", "KafkaNode", "KafkaSecurity", "KafkaStartError", "java_binary"]
 
 HOST = "127.0.0.1"
 DEFAULT_HEAP = "-Xmx512m"
@@ -53,6 +70,114 @@ logger.started.level = INFO
 
 class KafkaStartError(RuntimeError):
     """A Kafka node could not be formatted or did not become ready in time."""
+
+
+SECURE_LISTENER = "SECURE"
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """A secured client listener for ``KafkaCluster`` (see the module docstring).
+
+    ``protocol``: ``SASL_SSL`` (SCRAM, ``mechanism``) or ``SSL`` (client certificates
+    required; the principal is the certificate's CN). ``ca_file`` signs every certificate;
+    ``cert_file``/``key_file`` are the brokers' (PEM, the key unencrypted PKCS#8, the
+    certificate valid for ``127.0.0.1``); with ``SSL`` the brokers present them as clients too,
+    so their CN (``broker_principal``) is a super user. ``scram_users`` (name -> password) are
+    created at format time and must include ``super_user``.
+    """
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    protocol: str = "SASL_SSL"
+    mechanism: str = "SCRAM-SHA-512"
+    scram_users: Mapping[str, str] = field(default_factory=dict)
+    super_user: str = "admin"
+    broker_principal: str = "broker"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in ("SASL_SSL", "SSL"):
+            raise ValueError(f"protocol must be SASL_SSL or SSL, got {self.protocol!r}")
+        if self.protocol == "SASL_SSL" and self.super_user not in self.scram_users:
+            raise ValueError("the super user needs a SCRAM password in scram_users")
+        for name, password in self.scram_users.items():
+            if not name or any(c in name + password for c in ',[]="\\\n'):
+                raise ValueError(f"SCRAM user {name!r}: name or password has a reserved character")
+
+    @property
+    def super_users(self) -> str:
+        """``super.users``: the admin, the brokers' own principal, and ``ANONYMOUS`` for the
+        loopback CONTROLLER listener (no client listener yields it)."""
+        return ";".join(f"User:{p}" for p in (self.super_user, self.broker_principal, "ANONYMOUS"))
+
+    @property
+    def admin_config(self) -> dict[str, str]:
+        """librdkafka settings of the super user: the readiness probe and test set-up."""
+        conf = {"security.protocol": self.protocol, "ssl.ca.location": str(self.ca_file)}
+        if self.protocol == "SASL_SSL":
+            conf.update(
+                {
+                    "sasl.mechanism": self.mechanism,
+                    "sasl.username": self.super_user,
+                    "sasl.password": self.scram_users[self.super_user],
+                }
+            )
+        else:
+            conf.update(
+                {
+                    "ssl.certificate.location": str(self.cert_file),
+                    "ssl.key.location": str(self.key_file),
+                }
+            )
+        return conf
+
+    def scram_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments creating the SCRAM users."""
+        if self.protocol != "SASL_SSL":
+            return []
+        args: list[str] = []
+        for name, password in self.scram_users.items():
+            args += ["--add-scram", f"{self.mechanism}=[name={name},password={password}]"]
+        return args
+
+    def broker_properties(self, keystore: Path) -> dict[str, str]:
+        """The listener, TLS, SASL and authorizer settings (``keystore``: key + chain, PEM)."""
+        name = SECURE_LISTENER.lower()
+        props = {
+            "listener.security.protocol.map": (
+                f"{SECURE_LISTENER}:{self.protocol},CONTROLLER:PLAINTEXT"
+            ),
+            "inter.broker.listener.name": SECURE_LISTENER,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+            "ssl.endpoint.identification.algorithm": "https",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": self.super_users,
+            "allow.everyone.if.no.acl.found": "false",
+        }
+        if self.protocol == "SASL_SSL":
+            password = self.scram_users[self.super_user]
+            props.update(
+                {
+                    "sasl.enabled.mechanisms": self.mechanism,
+                    "sasl.mechanism.inter.broker.protocol": self.mechanism,
+                    f"listener.name.{name}.{self.mechanism.lower()}.sasl.jaas.config": (
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                        f'username="{self.super_user}" password="{password}";'
+                    ),
+                }
+            )
+        else:
+            props.update(
+                {
+                    "ssl.client.auth": "required",
+                    "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
+                }
+            )
+        return props
 
 
 def java_binary() -> str:
@@ -134,8 +259,11 @@ class KafkaNode:
             *args,
         ]
 
-    def format(self, cluster_id: str) -> None:
-        """``kafka-storage format`` unless the log directory is formatted already."""
+    def format(self, cluster_id: str, extra_args: list[str] | None = None) -> None:
+        """``kafka-storage format`` unless the log directory is formatted already.
+
+        ``extra_args``: more format arguments, such as ``--add-scram`` for the SCRAM users
+        (their passwords are never quoted in the error)."""
         if (self.data_dir / "logs" / "meta.properties").exists():
             return
         argv = self._java(
@@ -146,14 +274,15 @@ class KafkaNode:
             "--config",
             str(self.config_path),
             "--ignore-formatted",
+            *(extra_args or []),
             heap="-Xmx256m",
         )
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise KafkaStartError(
-                f"formatting Kafka node {self.node_id} failed: "
-                f"{(proc.stdout + proc.stderr).strip()[-2000:]}"
-            )
+            text = (proc.stdout + proc.stderr).strip()[-2000:]
+            for arg in extra_args or []:
+                text = text.replace(arg, "<format argument>")
+            raise KafkaStartError(f"formatting Kafka node {self.node_id} failed: {text}")
 
     def spawn(self, heap: str = DEFAULT_HEAP) -> None:
         if self.running:
@@ -196,8 +325,9 @@ class KafkaNode:
 class KafkaCluster:
     """``size`` KRaft nodes on loopback; ``size=1`` is the embedded single broker.
 
-    ``listener_overrides`` replaces the client listener (``name -> (protocol, extra
-    properties)``) for security tests; by default the client listener is PLAINTEXT.
+    By default the client listener is PLAINTEXT. ``security`` makes it a secured listener with
+    ACLs (``KafkaSecurity``); the readiness probe then logs in as its super user unless
+    ``client_config`` says otherwise. ``broker_properties`` are applied last, over either.
     """
 
     def __init__(
@@ -210,6 +340,7 @@ class KafkaCluster:
         die_with_parent: bool = True,
         start_timeout_s: float = 60.0,
         heap: str = DEFAULT_HEAP,
+        security: KafkaSecurity | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("a Kafka cluster needs at least one node")
@@ -217,6 +348,9 @@ class KafkaCluster:
         self.size = size
         self.cluster_id = new_cluster_id()
         self.broker_properties = dict(broker_properties or {})
+        self.security = security
+        if client_config is None and security is not None:
+            client_config = security.admin_config
         self.client_config = dict(client_config or {})
         self.start_timeout_s = start_timeout_s
         self.heap = heap
@@ -285,21 +419,49 @@ class KafkaCluster:
             "num.recovery.threads.per.data.dir": "1",
             "num.replica.fetchers": "1",
             "log.segment.bytes": str(64 * 1024 * 1024),
+            # Retention is judged by record timestamps, and the simulator and the tests stamp
+            # reports with virtual or fixed past times: with Kafka's 7-day default their
+            # segments would be deleted within minutes. Size, not age, bounds these logs.
+            "log.retention.ms": "-1",
+            "log.retention.bytes": str(1024 * 1024 * 1024),
             "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
         }
+        if self.security is not None:
+            listener = SECURE_LISTENER
+            props["listeners"] = (
+                f"{listener}://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}"
+            )
+            props["advertised.listeners"] = f"{listener}://{HOST}:{node.port}"
+            props.update(self.security.broker_properties(self._keystore_path()))
         for key, value in self.broker_properties.items():
             props[key] = value.replace("{port}", str(node.port)).replace(
                 "{node_id}", str(node.node_id)
             )
         return props
 
+    def _keystore_path(self) -> Path:
+        return self.log_dir / "broker-keystore.pem"
+
+    def _write_keystore(self) -> None:
+        """The brokers' PEM keystore: Kafka wants the key and its chain in one file."""
+        assert self.security is not None
+        path = self._keystore_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = Path(self.security.key_file).read_text(encoding="ascii")
+        chain = Path(self.security.cert_file).read_text(encoding="ascii")
+        path.write_text(key.rstrip("\n") + "\n" + chain, encoding="ascii")
+        path.chmod(0o600)
+
     def start(self) -> None:
         """Format (first time), spawn every node, then wait until each answers."""
+        if self.security is not None:
+            self._write_keystore()
         for node in self.nodes:
             node.write_config(self._properties(node))
         if not self._formatted:
+            extra = self.security.scram_arguments() if self.security is not None else []
             for node in self.nodes:
-                node.format(self.cluster_id)
+                node.format(self.cluster_id, extra)
             self._formatted = True
         for node in self.nodes:
             node.spawn(self.heap)
