@@ -60,6 +60,7 @@ class PolicyGuard:
     _ownership: Mapping[str, Iterable[str]] | None = field(init=False, default=None)
     _candidates: dict[str, list[str]] = field(init=False, default_factory=dict)
     _destinations: dict[str, frozenset[str]] = field(init=False, default_factory=dict)
+    _has_policies: dict[str, bool] = field(init=False, default_factory=dict)
     _filter: PolicyFilter | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -150,9 +151,13 @@ class PolicyGuard:
         if policies.empty:
             return False
         namespace = bundle_namespace(bundle)
-        return policies.is_isolated(namespace) or (
-            policies.anti_affinity_group_of(namespace) is not None
-        )
+        got = self._has_policies.get(namespace)
+        if got is None:  # a shedding broker lists thousands of bundles of a few namespaces
+            got = policies.is_isolated(namespace) or (
+                policies.anti_affinity_group_of(namespace) is not None
+            )
+            self._has_policies[namespace] = got
+        return got
 
     def sheds_bundles_with_policies(self) -> bool:
         """Whether bundles under policies may be shed at all: the knob is on, or no policy
