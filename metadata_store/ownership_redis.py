@@ -139,12 +139,21 @@ return out
 )
 
 # KEYS: ns key, lease key, broker key, owned key, fence key
+#       [, placement version key, prealloc key of the broker: a placement's acquire]
 # ARGV: bundle, expected ns version, broker, now, ttl, prefix
+#       [, expected placement version, preallocation document]
 # -> {1, broker, token, expires, now} | {0, owner, token, expires, now} | {-1} | {-2}
+#    | {-3, placement version} (a placement's acquire: another placement was recorded since)
+# A placement's acquire also records the preallocation and bumps the placement version in the
+# step that takes the lease (``metadata_store.placement_state``).
 _LUA_ACQUIRE = (
     _LUA_CLOCK
     + """
 local now = clock(ARGV[4])
+if KEYS[6] then
+  local pv = tonumber(redis.call('GET', KEYS[6]) or '0')
+  if pv ~= tonumber(ARGV[7]) then return {-3, pv} end
+end
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v or tonumber(v) ~= tonumber(ARGV[2]) then return {-1} end
 local bexp = redis.call('HGET', KEYS[3], 'expires')
@@ -158,37 +167,10 @@ local token = redis.call('INCR', KEYS[5])
 local exp = now + tonumber(ARGV[5])
 redis.call('HSET', KEYS[2], 'broker', ARGV[3], 'token', token, 'expires', exp)
 redis.call('SADD', KEYS[4], ARGV[1])
-return {1, ARGV[3], token, exp, now}
-"""
-)
-
-# ``_LUA_ACQUIRE`` for a placement: it also checks that no placement was recorded since the
-# caller read the preallocations, records the bundle as preallocated on the broker, and bumps
-# the placement version, all in the step that takes the lease.
-# KEYS: ns key, lease key, broker key, owned key, fence key, placement version key, prealloc key
-# ARGV: bundle, expected ns version, broker, now, ttl, prefix, expected placement version, doc
-# -> as _LUA_ACQUIRE | {-3, placement version}
-_LUA_ACQUIRE_PLACED = (
-    _LUA_CLOCK
-    + """
-local now = clock(ARGV[4])
-local pv = tonumber(redis.call('GET', KEYS[6]) or '0')
-if pv ~= tonumber(ARGV[7]) then return {-3, pv} end
-local v = redis.call('HGET', KEYS[1], 'version')
-if not v or tonumber(v) ~= tonumber(ARGV[2]) then return {-1} end
-local bexp = redis.call('HGET', KEYS[3], 'expires')
-if not bexp or tonumber(bexp) <= now then return {-2} end
-local cur = redis.call('HMGET', KEYS[2], 'broker', 'token', 'expires')
-if cur[1] and tonumber(cur[3]) > now then
-  return {0, cur[1], tonumber(cur[2]), tonumber(cur[3]), now}
+if KEYS[6] then
+  redis.call('HSET', KEYS[7], ARGV[1], ARGV[8])
+  redis.call('INCR', KEYS[6])
 end
-if cur[1] then redis.call('SREM', ARGV[6] .. ':owned:' .. cur[1], ARGV[1]) end
-local token = redis.call('INCR', KEYS[5])
-local exp = now + tonumber(ARGV[5])
-redis.call('HSET', KEYS[2], 'broker', ARGV[3], 'token', token, 'expires', exp)
-redis.call('SADD', KEYS[4], ARGV[1])
-redis.call('HSET', KEYS[7], ARGV[1], ARGV[8])
-redis.call('INCR', KEYS[6])
 return {1, ARGV[3], token, exp, now}
 """
 )
@@ -313,7 +295,6 @@ class RedisStore:
         self._release = client.register_script(_LUA_RELEASE)
         self._sweep = client.register_script(_LUA_SWEEP)
         self._transfer = client.register_script(_LUA_TRANSFER)
-        self._acquire_placed = client.register_script(_LUA_ACQUIRE_PLACED)
         self._ns_cache: dict[str, NamespaceBundles] = {}
         self._names_cache: dict[tuple[str, int], list[str]] = {}
 
@@ -517,32 +498,7 @@ class RedisStore:
     # -- leases ------------------------------------------------------------------------------
     def acquire(self, bundle: BundleRange | str, broker: str, now_ms: int, ttl_ms: int) -> Lease:
         """Take a free or expired bundle; raise ``Conflict`` if someone else holds it."""
-        r = canonical_bundle(bundle)
-        for _ in range(MAX_RETRIES):
-            nb = self._require_ns(r.namespace)
-            if not nb.contains(r):
-                raise InvalidInput("bundle", f"{r.name} is not a current bundle of {r.namespace}")
-            res = self._acquire(
-                keys=[
-                    self._ns(r.namespace),
-                    self._lease(r),
-                    self._broker(broker),
-                    self._owned(broker),
-                    self.keys.fence(),
-                ],
-                args=[r.name, nb.version, broker, self._now(now_ms), int(ttl_ms), self.p],
-            )
-            if res[0] == -1:
-                continue  # boundaries changed between the read and the script: re-read
-            if res[0] == -2:
-                raise BrokerNotAlive("broker", f"broker {broker} is not registered or expired")
-            owner = res[1].decode() if isinstance(res[1], bytes) else res[1]
-            lease = Lease(r.name, owner, int(res[2]), int(res[3]), int(res[4]))
-            if res[0] == 0:
-                raise Conflict(f"{r.name} is owned by {owner} (token {lease.token})")
-            self._claim(lease, "acquire")
-            return lease
-        raise Conflict(f"{r.name}: namespace kept changing")
+        return self._acquire_lease(bundle, broker, now_ms, ttl_ms, ())
 
     def acquire_placed(
         self,
@@ -555,39 +511,40 @@ class RedisStore:
         preallocation: Mapping[str, Any],
     ) -> Lease:
         """``acquire`` for a placement chosen over the preallocations read at
-        ``placement_version``: in one script, refuse with ``PlacementChanged`` if another
+        ``placement_version``: in the same script, refuse with ``PlacementChanged`` if another
         placement was recorded since, else take the lease, record ``preallocation`` (the
         bundle's averages) for ``broker`` and bump the placement version
         (``metadata_store.placement_state``)."""
+        placed = (int(placement_version), json.dumps(preallocation))
+        return self._acquire_lease(bundle, broker, now_ms, ttl_ms, placed)
+
+    def _acquire_lease(
+        self,
+        bundle: BundleRange | str,
+        broker: str,
+        now_ms: int,
+        ttl_ms: int,
+        placed: tuple[int, str] | tuple[()],
+    ) -> Lease:
         r = canonical_bundle(bundle)
-        doc = json.dumps(preallocation)
+        extra_keys = [self.keys.placement_version(), self.keys.prealloc(broker)] if placed else []
         for _ in range(MAX_RETRIES):
             nb = self._require_ns(r.namespace)
             if not nb.contains(r):
                 raise InvalidInput("bundle", f"{r.name} is not a current bundle of {r.namespace}")
-            res = self._acquire_placed(
+            res = self._acquire(
                 keys=[
                     self._ns(r.namespace),
                     self._lease(r),
                     self._broker(broker),
                     self._owned(broker),
                     self.keys.fence(),
-                    self.keys.placement_version(),
-                    self.keys.prealloc(broker),
+                    *extra_keys,
                 ],
-                args=[
-                    r.name,
-                    nb.version,
-                    broker,
-                    self._now(now_ms),
-                    int(ttl_ms),
-                    self.p,
-                    int(placement_version),
-                    doc,
-                ],
+                args=[r.name, nb.version, broker, self._now(now_ms), int(ttl_ms), self.p, *placed],
             )
             if res[0] == -3:
-                raise PlacementChanged(int(placement_version), int(res[1]))
+                raise PlacementChanged(placed[0], int(res[1]))
             if res[0] == -1:
                 continue  # boundaries changed between the read and the script: re-read
             if res[0] == -2:
