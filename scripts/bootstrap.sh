@@ -33,3 +33,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"
+# Apache Kafka and Spark's Kafka connector from Maven Central, once (nothing is fetched again
+# while the cache holds the pinned jars; infra/jars.py)
+"$venv/bin/python" -m infra.jars fetch

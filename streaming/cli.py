@@ -3,7 +3,8 @@
 The shell around ``streaming.job``: options for where things are (Kafka, Redis, checkpoint) and
 how the query runs, plus the shared ``--config`` / ``--set`` policy knobs. Kafka and Redis
 default to the configuration's ``kafkaBootstrapServers`` and ``redisUrl``; the topics are
-created if missing (Tansu, the embedded broker, does not auto-create them).
+created if missing, with the configured partitions, rather than left to a broker's
+auto-creation.
 
 A query that fails (typically: Kafka away for longer than the client timeouts, so the source's
 offset probe, a task's read or the decision stage's producer flush gives up after 15-120 s) is

@@ -109,9 +109,7 @@ def spark_session(
         builder = builder.master(master)
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        # this process launches the JVM: put Spark's Kafka connector on its class path (a
-        # spark-submit caller passes it with --jars or --packages instead, see docs/deploy.md)
+    if not _launcher_brings_connector():
         builder = builder.config("spark.jars", spark_kafka_jars())
     return (
         builder.appName("pulsar-lb-stream")
@@ -127,6 +125,16 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")  # progress bars garble logs and tables
         .getOrCreate()
     )
+
+
+def _launcher_brings_connector() -> bool:
+    """True when the JVM's launcher already has Spark's Kafka connector: spark-submit started
+    this process (its caller passes ``--jars`` or ``--packages``, see docs/deploy.md), or
+    ``PYSPARK_SUBMIT_ARGS`` names the connector (the compose stack's ``--packages``). Otherwise
+    this process launches the JVM and puts the cached jars on ``spark.jars``."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return True
+    return "spark-sql-kafka" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
 
 
 def build_stream(

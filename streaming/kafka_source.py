@@ -1,15 +1,15 @@
 """A Spark 4 Python streaming data source over confluent-kafka, format ``"lbkafka"``.
 
-Why: Spark's built-in ``kafka`` source needs the ``spark-sql-kafka-0-10`` jar, which the pyspark
-wheel does not ship and which cannot be downloaded here (DESIGN.md §5). This source produces the
+Why: the job's default source is Spark's own connector (``spark-sql-kafka-0-10``,
+``streaming.source``); this one is the alternative for a Spark without that jar, and it decodes
+the reports in its reading task (``lb.parse``), which the connector cannot. It produces the
 same columns with the same types (``key`` binary, ``value`` binary, ``topic`` string,
 ``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType`` int) and keeps
 *real per-partition offsets* in Spark's checkpoint, so a restarted query replays exactly the
 records after its last committed batch, no more and no less.
 
 Offsets are JSON like the built-in source's: ``{"topic": {"0": 42, "1": 17}}``, each value the
-next offset to read. End offsets come from ``infra.offsets.latest_offsets`` (Fetch high
-watermarks), never from ListOffsets(latest), which the embedded Tansu broker answers wrongly.
+next offset to read. End offsets come from ``infra.offsets.latest_offsets`` (ListOffsets).
 
 Options (case-insensitive):
 
@@ -50,7 +50,7 @@ Options (case-insensitive):
   ``kafka.sasl.username``/``kafka.sasl.password``, ``kafka.ssl.ca.location``. Note librdkafka's
   names, not the Java client's (no ``sasl.jaas.config``, no JKS trust stores).
 
-Readers use ``assign()`` only: no consumer group is joined (a join on Tansu waits seconds) and
+Readers use ``assign()`` only: no consumer group is joined (a join costs a rebalance) and
 nothing is committed to Kafka; Spark's checkpoint is the only record of progress. Executors get
 the picklable ``KafkaSourceConfig`` and open their own short-lived consumer per partition range.
 """
@@ -270,10 +270,9 @@ class LbKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offsets = earliest_offsets(cfg.bootstrap_servers, topic, cfg.client_config)
         return {str(p): o for p, o in offsets.items()}
 
-    def _latest(self, topic: str, hints: Mapping[str, int] | None = None) -> dict[str, int]:
+    def _latest(self, topic: str) -> dict[str, int]:
         cfg = self.config
-        int_hints = {int(p): int(o) for p, o in (hints or {}).items()}
-        offsets = latest_offsets(cfg.bootstrap_servers, topic, cfg.client_config, hints=int_hints)
+        offsets = latest_offsets(cfg.bootstrap_servers, topic, cfg.client_config)
         return {str(p): o for p, o in offsets.items()}
 
     def initialOffset(self) -> Offsets:
@@ -321,7 +320,7 @@ class LbKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             end = {t: dict(o) for t, o in self._target.items()}
         else:
-            end = {t: self._latest(t, start.get(t)) for t in self.config.topics}
+            end = {t: self._latest(t) for t in self.config.topics}
         begin = self._filled_start(start, end)
         self._check_data_loss(begin, end)
         if isinstance(limit, ReadMaxRows):

@@ -1,13 +1,11 @@
 """Choose the Kafka source of the streaming job: Spark's built-in ``kafka`` or ``lbkafka``.
 
-Why a seam: the built-in source is the one to use on a real cluster (``--packages
-org.apache.spark:spark-sql-kafka-0-10_2.13:<version>``), but its jar is not in the pyspark wheel
-and cannot be downloaded on these machines; the Python source (``streaming.kafka_source``) gives
-the same columns from confluent-kafka. ``source="auto"`` takes the built-in one when its classes
-are on the driver's classpath, the Python one otherwise.
-
-Caveat: the built-in source relies on ListOffsets(latest), which the embedded Tansu broker
-answers wrongly; against Tansu force ``source="python"``.
+Why a seam: the built-in source (Spark's connector, ``spark-sql-kafka-0-10``) is the default;
+``streaming.job`` puts its jars on ``spark.jars`` when it starts the JVM, and a ``spark-submit``
+caller adds them with ``--jars`` or ``--packages``. The Python source (``streaming.kafka_source``)
+gives the same columns from confluent-kafka for a Spark without the connector.
+``source="auto"`` takes the built-in one when its classes are on the driver's classpath, the
+Python one otherwise.
 """
 
 from __future__ import annotations

@@ -43,17 +43,6 @@ def test_latest_offsets_counts_records_per_partition(kafka_bootstrap: str, uniqu
     assert latest_offsets(kafka_bootstrap, topic) == {0: 5, 1: 7, 2: 7}
 
 
-def test_latest_offsets_with_hints_including_a_stale_one(
-    kafka_bootstrap: str, unique_topic
-) -> None:
-    topic = unique_topic(3)
-    _produce(kafka_bootstrap, topic, {0: 4, 1: 2})
-    assert latest_offsets(kafka_bootstrap, topic, hints={0: 4, 1: 1, 2: 0}) == {0: 4, 1: 2, 2: 0}
-    # a hint beyond the end (log recreated) gets no answer and is retried from earliest
-    stale = latest_offsets(kafka_bootstrap, topic, hints={0: 99}, hint_timeout_s=0.5)
-    assert stale == {0: 4, 1: 2, 2: 0}
-
-
 def test_latest_offsets_agree_with_list_offsets_latest_on_kafka(
     kafka_bootstrap: str, unique_topic
 ) -> None:

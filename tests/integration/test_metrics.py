@@ -193,7 +193,7 @@ def test_lbctl_stream_serves_metrics_that_reflect_the_batches(
     before = {(n, tuple(sorted(lb.items()))): _before(n, **lb) for n, lb in counters}
 
     argv = ["stream", "--bootstrap-servers", kafka_bootstrap, "--redis-url", redis_url,
-            "--checkpoint", str(tmp_path / "ckpt"), "--available-now", "--source", "python",
+            "--checkpoint", str(tmp_path / "ckpt"), "--available-now", "--source", "kafka",
             "--shards", "2", "--metrics-port", "0"]  # fmt: skip
     for knob, value in _KNOBS.items():
         argv += ["--set", f"{knob}={value}"]

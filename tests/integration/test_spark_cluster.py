@@ -1,4 +1,5 @@
-"""The streaming job on a Spark standalone cluster decides what it decides on ``local[2]``.
+"""The streaming job on a Spark standalone cluster decides what it decides on ``local[2]``, and
+Spark's Kafka connector decides what the Python data source does.
 
 A real cluster is started here (``infra.spark_cluster``: a master and two workers, one core
 each, on loopback), so the job's tasks run in two executor JVMs, each with its own Python
@@ -61,8 +62,10 @@ def _start_stream(
     redis_url: str,
     env: dict[str, str],
     log: Path,
+    source: str = "kafka",
 ) -> subprocess.Popen[bytes]:
-    """``lbctl stream --available-now`` in a child process (its own process group)."""
+    """``lbctl stream --available-now`` on ``source`` in a child process (its own process
+    group)."""
     knobs = {
         "loadReportsTopic": config.load_reports_topic,
         "decisionsTopic": config.decisions_topic,
@@ -73,7 +76,7 @@ def _start_stream(
     }
     argv = [sys.executable, "-m", "lbctl.main", "stream", "--master", master]
     argv += ["--bootstrap-servers", kafka_bootstrap, "--redis-url", redis_url]
-    argv += ["--checkpoint", str(checkpoint), "--available-now", "--source", "python"]
+    argv += ["--checkpoint", str(checkpoint), "--available-now", "--source", source]
     argv += ["--shards", "4", "--max-restarts", "0"]
     for knob, value in knobs.items():
         argv += ["--set", f"{knob}={value}"]
@@ -151,15 +154,20 @@ def test_the_job_on_a_standalone_cluster_decides_what_it_decides_on_local2(
 ):
     local_cfg, names = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)
     cluster_cfg, cluster_names = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)
-    assert names == cluster_names  # the same namespace, hence the same bundles
+    python_cfg, python_names = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)
+    assert names == cluster_names == python_names  # the same namespace, hence the same bundles
     env = spark_cluster.driver_env()
 
-    # both at once: on 2 cores the runs mostly wait (JVM and Python worker starts, batches)
+    # all at once: on 2 cores the runs mostly wait (JVM and Python worker starts, batches).
+    # "local" and "cluster" read with Spark's Kafka connector, "python" with the Python source.
     runs = {
         name: (_start_stream(master, cfg, tmp_path / name, kafka_bootstrap, redis_url, env,
-                             tmp_path / f"{name}.log"), tmp_path / f"{name}.log")
-        for name, master, cfg in (("local", "local[2]", local_cfg),
-                                  ("cluster", spark_cluster.master_url, cluster_cfg))
+                             tmp_path / f"{name}.log", source), tmp_path / f"{name}.log")
+        for name, master, cfg, source in (
+            ("local", "local[2]", local_cfg, "kafka"),
+            ("cluster", spark_cluster.master_url, cluster_cfg, "kafka"),
+            ("python", "local[2]", python_cfg, "python"),
+        )
     }  # fmt: skip
     print("run times, s:", _finish(runs))
 
@@ -195,6 +203,18 @@ def test_the_job_on_a_standalone_cluster_decides_what_it_decides_on_local2(
     cluster_ckpt = _checkpoint(tmp_path / "cluster", cluster_cfg.load_reports_topic)
     assert cluster_ckpt == local_ckpt
     assert local_ckpt["offsets"][max(local_ckpt["commits"])] == {"<reports>": {"0": 12}}
+
+    # the Python source gives the same decisions, snapshot, progress and offsets
+    python_records = _read_all(kafka_bootstrap, python_cfg.decisions_topic)
+    python_decisions = sorted((decode_decision(v) for _, v, _, _ in python_records), key=_by_id)
+    assert python_decisions == local_decisions
+    python_snap = LoadSnapshot(fresh_redis, python_cfg.redis_key_prefix).read()
+    assert dict(python_snap.brokers_raw) == dict(local_snap.brokers_raw)
+    assert dict(python_snap.shards) == dict(local_snap.shards)
+    assert RedisProgress(fresh_redis, python_cfg.redis_key_prefix).read() == local_progress
+    python_ckpt = _checkpoint(tmp_path / "python", python_cfg.load_reports_topic)
+    assert python_ckpt["commits"] == local_ckpt["commits"]
+    assert python_ckpt["offsets"] == local_ckpt["offsets"]
 
 
 def _by_id(decision) -> str:

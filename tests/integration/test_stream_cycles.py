@@ -51,7 +51,6 @@ def test_a_background_cycle_publishes_what_an_in_batch_cycle_does_from_its_own_t
         checkpoint=str(tmp_path / "bg"),
         redis_url=redis_url,
         trigger_seconds=0.5,
-        source="python",
         n_shards=4,
         background_cycles=True,
     )

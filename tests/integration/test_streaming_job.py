@@ -34,6 +34,13 @@ T0_MS = 1_700_000_000_000
 MINUTE_MS = 60_000
 
 
+@pytest.fixture(params=["kafka", "python"])
+def job_source(request: pytest.FixtureRequest) -> str:
+    """The job's Kafka source: Spark's connector (the default) or the Python data source; the
+    tests that take it must give the same decisions, dead letters and exactly-once on both."""
+    return str(request.param)
+
+
 def _config(unique_topic, **knobs: object) -> LoadBalancerConfig:
     return LoadBalancerConfig(
         **{
@@ -93,16 +100,18 @@ def _run(
     config,
     checkpoint: Path,
     timeout_s: float = 240,
+    source: str = "kafka",
     **settings_kw: Any,
 ) -> list[BatchStats]:
-    """One ``availableNow`` run of the job to its end; ``settings_kw`` override settings."""
+    """One ``availableNow`` run of the job to its end on ``source`` (Spark's connector by
+    default); ``settings_kw`` override settings."""
     stats: list[BatchStats] = []
     settings = StreamSettings(
         bootstrap_servers=kafka_bootstrap,
         checkpoint=str(checkpoint),
         redis_url=redis_url,
         available_now=True,
-        source="python",
+        source=source,
         **{"n_shards": 4, **settings_kw},
     )
     query = start_query(spark, settings, config, on_batch=stats.append)
@@ -179,11 +188,11 @@ def overloaded_cluster(
 
 
 def test_overloaded_broker_is_shed_and_hot_bundle_split(
-    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, job_source
 ):
     config, names = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)
 
-    stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
+    stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt", source=job_source)
 
     assert sum(s.decisions for s in stats) >= 2
     decisions = [
@@ -260,7 +269,7 @@ def test_state_averages_equal_the_pure_time_average_fold(
 
 
 def test_restart_from_checkpoint_continues_state_and_never_republishes_a_batch(
-    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, job_source
 ):
     config = _config(
         unique_topic,
@@ -276,7 +285,7 @@ def test_restart_from_checkpoint_continues_state_and_never_republishes_a_batch(
     _publish(kafka_bootstrap, config.load_reports_topic, [
         rec for i in range(4) for rec in _records(first[i * 4 : i * 4 + 4], T0_MS + i * MINUTE_MS)
     ])  # fmt: skip
-    before = _run(spark, kafka_bootstrap, redis_url, config, checkpoint)
+    before = _run(spark, kafka_bootstrap, redis_url, config, checkpoint, source=job_source)
     assert sum(s.decisions for s in before) >= 1
 
     # A crash after the batch's Redis commit but before Spark's: the batch is replayed.
@@ -291,7 +300,7 @@ def test_restart_from_checkpoint_continues_state_and_never_republishes_a_batch(
     ])  # fmt: skip
     after: list[BatchStats] = []
     for _ in range(3):  # a source without availableNow support runs one batch per start
-        after += _run(spark, kafka_bootstrap, redis_url, config, checkpoint)
+        after += _run(spark, kafka_bootstrap, redis_url, config, checkpoint, source=job_source)
         if any(not s.skipped and s.input_rows for s in after):
             break
 
@@ -309,7 +318,7 @@ def test_restart_from_checkpoint_continues_state_and_never_republishes_a_batch(
 
 
 def test_malformed_records_go_to_dead_letters_and_good_ones_after_them_count(
-    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path, job_source
 ):
     config = _config(unique_topic, maxReportBytes=4096)
     good = _report("good:8080", 40.0, {f"{NS}/0x00000000_0x80000000": _stats(10.0, 1e4)})
@@ -328,7 +337,7 @@ def test_malformed_records_go_to_dead_letters_and_good_ones_after_them_count(
     records.append((b"good:8080", encode_report(good), T0_MS + 100))
     _publish(kafka_bootstrap, config.load_reports_topic, records)
 
-    stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
+    stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt", source=job_source)
 
     assert sum(s.dead_letters for s in stats) == len(bad)
     letters = sorted(
@@ -356,8 +365,7 @@ def test_lbctl_stream_available_now_drains_the_topic_into_redis(
     _publish(kafka_bootstrap, config.load_reports_topic,
              [(b"cli:8080", encode_report(report), T0_MS)])  # fmt: skip
     argv = ["stream", "--bootstrap-servers", kafka_bootstrap, "--redis-url", redis_url,
-            "--checkpoint", str(tmp_path / "ckpt"), "--available-now", "--source", "python",
-            "--shards", "2"]  # fmt: skip
+            "--checkpoint", str(tmp_path / "ckpt"), "--available-now", "--shards", "2"]  # fmt: skip
     knobs = {
         "loadReportsTopic": config.load_reports_topic,
         "decisionsTopic": config.decisions_topic,

@@ -148,7 +148,7 @@ def test_stream_killed_mid_batch_and_kafka_away_loses_and_repeats_nothing(
 
         def stream(run: str, *extra: str) -> list[str]:
             return ["stream", "--bootstrap-servers", bootstrap, "--redis-url", redis_url,
-                    "--checkpoint", str(tmp_path / f"ckpt-{run}"), "--source", "python",
+                    "--checkpoint", str(tmp_path / f"ckpt-{run}"), "--source", "kafka",
                     "--shards", "2", "--max-offsets-per-trigger", str(BATCH_RECORDS),
                     *extra, *set_args(runs[run])]  # fmt: skip
 

@@ -88,7 +88,7 @@ def test_stream_restarts_itself_after_a_long_kafka_outage_and_processes_what_cam
         started = time.monotonic()
         proc = lbctl(
             ["stream", "--bootstrap-servers", bootstrap, "--redis-url", redis_url,
-             "--checkpoint", str(tmp_path / "ckpt"), "--source", "python", "--shards", "2",
+             "--checkpoint", str(tmp_path / "ckpt"), "--source", "kafka", "--shards", "2",
              "--trigger-seconds", "1", *set_args(knobs)],
             stream_log,
         )  # fmt: skip
