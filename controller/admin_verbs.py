@@ -31,6 +31,7 @@ from typing import Any
 
 from controller.events import ASSIGNED, SPLIT, EventPublisher, OwnershipEvent
 from controller.reconciler import apply_with_events
+from infra import topics
 from loadbalance.bundles import NamespaceBundles, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import TRANSFER, UNLOAD, make_decision
@@ -68,8 +69,9 @@ def now_ms() -> int:
 
 # -- shared by every Redis verb ------------------------------------------------------------------
 def kafka_client_config(config: LoadBalancerConfig, bootstrap: str) -> dict[str, Any]:
-    """``bootstrap.servers`` plus the SASL/SSL settings that are set in the configuration."""
-    return {"bootstrap.servers": bootstrap, **config.kafka_client_settings()}
+    """``bootstrap.servers`` plus the SASL/SSL settings that are set in the configuration,
+    through the builder every Kafka client shares (a refused login raises ``KafkaAuthError``)."""
+    return topics.kafka_client_config(bootstrap, config.kafka_client_settings())
 
 
 def publish(

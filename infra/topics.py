@@ -14,6 +14,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from infra.kafka_auth import list_topics, raise_on_auth_error
+
 __all__ = ["ensure_topics", "kafka_client_config"]
 
 
@@ -28,6 +30,7 @@ def kafka_client_config(bootstrap_servers: str, client_config: Mapping[str, Any]
         name = key[len("kafka.") :] if key.startswith("kafka.") else key
         config[name] = value
     config["bootstrap.servers"] = bootstrap_servers
+    config.setdefault("error_cb", raise_on_auth_error)  # a refused login: one clear error
     return config
 
 
@@ -46,7 +49,7 @@ def ensure_topics(
     if not topics:
         return []
     admin = AdminClient(kafka_client_config(bootstrap_servers, client_config))
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    existing = set(list_topics(admin, timeout_s=timeout_s).topics)
     wanted = [
         NewTopic(name, num_partitions=int(partitions), replication_factor=replication_factor)
         for name, partitions in topics.items()

@@ -15,6 +15,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from infra.kafka_auth import KafkaAuthError
+
 # Modules contributing verbs, in the order ``lbctl --help`` lists them.
 COMMAND_MODULES = (
     "lbctl.config_cmd",
@@ -70,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except KafkaAuthError as e:  # a refused password or certificate: one line, no traceback
+        print(f"lbctl: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # output piped into `head` and closed: not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

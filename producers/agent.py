@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Producer
 
-from infra import metrics
+from infra import kafka_auth, metrics
 from infra.topics import kafka_client_config
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
@@ -146,13 +146,13 @@ class KafkaReportPublisher:
             )
         except BufferError as e:
             raise Transient(f"producer queue full: {e}") from None
-        remaining = self._producer.flush(self.flush_timeout_s)
+        remaining = kafka_auth.flush(self._producer, self.flush_timeout_s)
         if remaining or self._errors:
             detail = "; ".join(self._errors) or f"{remaining} still queued"
             raise Transient(f"report not delivered to {self.topic}: {detail}")
 
     def close(self) -> None:
-        self._producer.flush(self.flush_timeout_s)
+        kafka_auth.flush(self._producer, self.flush_timeout_s)
 
 
 class LeaseKeeper:

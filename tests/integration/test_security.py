@@ -23,6 +23,7 @@ import redis
 from confluent_kafka import Producer
 
 from infra.embedded import EmbeddedRedis
+from infra.kafka_auth import raise_on_auth_error
 from infra.redaction import SecretFilter, install_secret_filter, redact_text
 from infra.topics import kafka_client_config
 from loadbalance.config import load_config
@@ -186,8 +187,8 @@ def test_a_failing_connection_logged_with_the_filter_shows_no_secret(
 
 def test_kafka_security_settings_reach_the_client_config() -> None:
     """SASL/SSL knobs become librdkafka settings for every confluent-kafka client and the
-    Python Spark source (which reads the ``kafka.``-prefixed options), unchanged. Tansu here
-    runs without authentication, so a real handshake is not tested (see the docs)."""
+    Python Spark source (which reads the ``kafka.``-prefixed options), unchanged; the real
+    handshakes are in ``test_kafka_security.py``."""
     config, _ = load_config(
         overrides={
             "kafkaSecurityProtocol": "SASL_SSL",
@@ -202,6 +203,7 @@ def test_kafka_security_settings_reach_the_client_config() -> None:
     assert settings["sasl.password"] == SASL_PASSWORD and type(settings["sasl.password"]) is str
     spark_options = {f"kafka.{k}": v for k, v in settings.items()}
     merged = kafka_client_config("127.0.0.1:1", spark_options)
+    assert merged.pop("error_cb") is raise_on_auth_error  # a refused login raises, once
     assert merged == {**settings, "bootstrap.servers": "127.0.0.1:1"}
     # librdkafka accepts the SASL keys (a misspelt key raises KafkaException at construction)
     plain = {k: v for k, v in merged.items() if not k.startswith("ssl.")}
