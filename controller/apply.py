@@ -16,6 +16,24 @@ The Redis change and the outcome are two writes, so a crash can fall between the
 then finds the change already made and records ``already_satisfied``. ``fault_point`` lets the
 reliability suite (``tests/reliability``) kill the process exactly there.
 
+Two knobs shape what an applied decision does (the controller passes them from its
+configuration; the defaults are Pulsar's):
+
+* ``loadBalancerAutoUnloadSplitBundlesEnabled`` (``keep_split_children=False`` when on): a
+  split ends the parent's lease and leaves the children free, to be placed on their next
+  lookup, as Pulsar's ``splitAndOwnBundle`` with ``unload=true``. Off, each child is leased to
+  the parent's owner right after the split, fenced with a new token, as Pulsar keeps the
+  children with the broker that split them; a child placed meanwhile, or an owner that is gone,
+  is left as it is.
+* ``namespaceBundleUnloadingTimeoutMs`` (``unload_timeout_ms``): how long an unload or
+  transfer may hold its bundle before it is applied, counted from the decision's
+  ``decided_at_ms``. Pulsar bounds by it the owner's unload (closing the bundle's topics); here
+  the release is one atomic script that never waits, so what can take long is the wait before
+  it (Redis away, a recovery pending, a backlog of decisions). Past the bound the controller
+  gives up: the outcome is ``rejected`` with ``unload timed out``, the bundle stays with its
+  owner, and the next shedding cycle decides again on fresh load instead of applying a move
+  chosen on load that is gone.
+
 The applier asks only the ``DecisionStore`` protocol (``metadata_store.protocol``: ownership
 plus the outcome log), so the controller applies to ``RedisStore`` and the fast simulator
 (``producers.fast_sim``) to ``MemoryStore`` with this same code: the scoreboard measures the
@@ -24,6 +42,7 @@ product's semantics.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 
@@ -97,8 +116,20 @@ def _report_duplicate(store: DecisionStore, d: Decision, outcome: Outcome, now_m
     store.outcomes.stream_only(d, outcome.outcome, outcome.reason, now_ms)
 
 
+UNLOAD_TIMED_OUT = "unload timed out"
+"""How the reason of an unload or transfer given up by ``namespaceBundleUnloadingTimeoutMs``
+starts."""
+
+
 def apply_decision(
-    store: DecisionStore, d: Decision, *, now_ms: int, lease_ttl_ms: int, dry_run: bool = False
+    store: DecisionStore,
+    d: Decision,
+    *,
+    now_ms: int,
+    lease_ttl_ms: int,
+    dry_run: bool = False,
+    keep_split_children: bool = False,
+    unload_timeout_ms: int | None = None,
 ) -> Outcome:
     """Apply one decision and record its outcome (see the module docstring)."""
     previous = outcome_of(store, d.id)
@@ -107,7 +138,13 @@ def apply_decision(
         _report_duplicate(store, d, duplicate, now_ms)
         return duplicate
     try:
-        outcome = _apply(store, d, now_ms, lease_ttl_ms, dry_run)
+        timed_out = _unload_timed_out(d, now_ms, unload_timeout_ms)
+        if timed_out is not None:
+            outcome = timed_out
+        elif d.kind == SPLIT and keep_split_children and not dry_run:
+            outcome = _apply_split_keeping_children(store, d, now_ms, lease_ttl_ms)
+        else:
+            outcome = _apply(store, d, now_ms, lease_ttl_ms, dry_run)
     except Conflict as e:
         outcome = Outcome(d.id, CONFLICT, str(e))
     except BrokerNotAlive as e:
@@ -119,6 +156,44 @@ def apply_decision(
     recorded = _record(store, d, outcome, now_ms)
     fault_point("after-outcome")
     return recorded
+
+
+def _unload_timed_out(d: Decision, now_ms: int, timeout_ms: int | None) -> Outcome | None:
+    """A ``rejected`` outcome when an unload or transfer waited longer than ``timeout_ms``
+    since it was decided (``namespaceBundleUnloadingTimeoutMs``); None otherwise."""
+    if timeout_ms is None or d.kind not in (UNLOAD, TRANSFER) or d.decided_at_ms <= 0:
+        return None
+    held_ms = now_ms - d.decided_at_ms
+    if held_ms <= timeout_ms:
+        return None
+    return Outcome(
+        d.id,
+        REJECTED,
+        f"{UNLOAD_TIMED_OUT}: decided {held_ms} ms ago, over namespaceBundleUnloadingTimeoutMs "
+        f"{timeout_ms}; the bundle stays with its owner",
+    )
+
+
+def _apply_split_keeping_children(
+    store: DecisionStore, d: Decision, now_ms: int, ttl_ms: int
+) -> Outcome:
+    """A split whose children stay with the parent's owner
+    (``loadBalancerAutoUnloadSplitBundlesEnabled=false``): split, then lease each child to
+    that broker; a child placed meanwhile, or an owner gone, is left as it is."""
+    before = store.owner(d.bundle, now_ms)
+    outcome = _apply(store, d, now_ms, ttl_ms, False)
+    if outcome.outcome != APPLIED or before is None:
+        return outcome
+    r = parse_bundle(d.bundle)
+    points = [r.lower, *sorted(set(d.split_boundaries)), r.upper]
+    kept = 0
+    for lower, upper in itertools.pairwise(points):
+        try:
+            store.acquire(BundleRange(r.namespace, lower, upper), before.broker, now_ms, ttl_ms)
+        except (Conflict, BrokerNotAlive, InvalidInput):
+            continue  # placed meanwhile, the owner is gone, or split again meanwhile
+        kept += 1
+    return Outcome(d.id, APPLIED, f"{kept} of {len(points) - 1} children kept by {before.broker}")
 
 
 def _apply(store: DecisionStore, d: Decision, now_ms: int, ttl_ms: int, dry_run: bool) -> Outcome:

@@ -45,7 +45,7 @@ from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
 
-__all__ = ["Reconciler", "apply_with_events", "clear_outbox", "decision_events"]
+__all__ = ["Reconciler", "apply_knobs", "apply_with_events", "clear_outbox", "decision_events"]
 
 log = logging.getLogger("lbctl.control")
 
@@ -58,14 +58,21 @@ def _bundles_of(d: Decision) -> list[str]:
 
 
 def decision_events(
-    store: OwnershipStore, d: Decision, before: dict[str, Lease | None], now_ms: int
+    store: OwnershipStore,
+    d: Decision,
+    before: dict[str, Lease | None],
+    now_ms: int,
+    *,
+    kept_children: bool = False,
 ) -> list[OwnershipEvent]:
     """The ownership events of an *applied* decision.
 
     ``before`` holds the leases read just before applying; the new lease of a transfer is read
     after. A transfer of a free bundle is an ``assigned`` event; a merge gives one ``merged``
     event per bundle that ended (each keyed by its own bundle, so a compacted topic forgets
-    both), with the merged bundle as the only child.
+    both), with the merged bundle as the only child. With ``kept_children`` (the split's
+    children stay with the parent's owner), each child that broker holds now is also an
+    ``assigned`` event.
     """
 
     def ev(kind: str, bundle: str, **kw: Any) -> OwnershipEvent:
@@ -94,7 +101,20 @@ def decision_events(
         r = parse_bundle(d.bundle)
         points = [r.lower, *sorted(set(d.split_boundaries)), r.upper]
         children = tuple(f"{r.namespace}/{format_range(a, b)}" for a, b in pairwise(points))
-        return [ev(SPLIT_EVENT, d.bundle, children=children)]
+        events = [ev(SPLIT_EVENT, d.bundle, children=children)]
+        parent = before.get(d.bundle) if kept_children else None
+        if parent is not None:
+            for child in children:
+                lease = store.owner(child, now_ms)
+                if lease is not None and lease.broker == parent.broker:
+                    events.append(
+                        OwnershipEvent(
+                            ASSIGNED, child, now_ms, new_owner=lease.broker,
+                            new_token=lease.token, decision_id=d.id,
+                            reason=f"split of {d.bundle}",
+                        )
+                    )  # fmt: skip
+        return events
     if d.kind == MERGE:
         a, b = parse_bundle(d.bundle), parse_bundle(d.merge_bundle or "")
         merged = f"{a.namespace}/{format_range(min(a.lower, b.lower), max(a.upper, b.upper))}"
@@ -113,6 +133,18 @@ def _effect_holds(store: RedisStore, outcome: Outcome) -> bool:
     return False
 
 
+def apply_knobs(config: LoadBalancerConfig | None) -> dict[str, Any]:
+    """The ``apply_decision`` arguments the configuration sets
+    (``loadBalancerAutoUnloadSplitBundlesEnabled``, ``namespaceBundleUnloadingTimeoutMs``);
+    none without one (Pulsar's defaults, no timeout)."""
+    if config is None:
+        return {}
+    return {
+        "keep_split_children": not config.load_balancer_auto_unload_split_bundles_enabled,
+        "unload_timeout_ms": config.namespace_bundle_unloading_timeout_ms,
+    }
+
+
 def apply_with_events(
     store: RedisStore,
     d: Decision,
@@ -121,15 +153,20 @@ def apply_with_events(
     lease_ttl_ms: int,
     dry_run: bool = False,
     outbox: bool = False,
+    config: LoadBalancerConfig | None = None,
 ) -> tuple[Outcome, list[OwnershipEvent]]:
     """``apply_decision``, plus the events to publish when it was applied.
 
     With ``outbox``, the leases read before applying are first saved in the event outbox and
     stay there until ``clear_outbox`` after the events are delivered (module docstring): a
     replay that finds the change made or recorded announces it from the saved entry.
+    ``config`` gives the knobs of ``apply_knobs``.
     """
+    knobs = apply_knobs(config)
     if dry_run:
-        return apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, dry_run=True), []
+        return apply_decision(
+            store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, dry_run=True, **knobs
+        ), []
     saved = store.outbox.get(d.id) if outbox else None
     if saved is not None:
         before = saved
@@ -137,9 +174,10 @@ def apply_with_events(
         before = {b: store.owner(b, now_ms) for b in _bundles_of(d)}
         if outbox:
             store.outbox.put(d.id, before)
-    outcome = apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms)
+    outcome = apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, **knobs)
     if outcome.outcome == APPLIED or (saved is not None and _effect_holds(store, outcome)):
-        return outcome, decision_events(store, d, before, now_ms)
+        kept = bool(knobs.get("keep_split_children"))
+        return outcome, decision_events(store, d, before, now_ms, kept_children=kept)
     return outcome, []
 
 
@@ -183,7 +221,7 @@ class Reconciler:
         now = self.clock() if now_ms is None else now_ms
         outcome, events = apply_with_events(
             self.store, d, now_ms=now, lease_ttl_ms=self.lease_ttl_ms, dry_run=self.dry_run,
-            outbox=True,
+            outbox=True, config=self.config,
         )  # fmt: skip
         log.info("%s %s %s: %s %s", d.id[:12], d.kind, d.bundle, outcome.outcome, outcome.reason)
         self.publish(events)
