@@ -2,7 +2,7 @@
 long until a bundle has left that broker in Redis, as a client lookup reads the owners?
 
 What runs (everything local, on the product's own code paths, the processes of ``lbctl run``):
-embedded Tansu Kafka and Redis (``infra.embedded``), ``lbctl stream`` (the Spark job on
+embedded Apache Kafka and Redis (``infra.embedded``), ``lbctl stream`` (the Spark job on
 ``local[2]``, trigger ``--trigger-seconds``, default 0.5 s) and ``lbctl control`` (the
 controller) as children of ``lbctl.supervisor``, and in this process a simulated cluster
 (``producers.live_sim.LiveSim``: registered brokers, leases acquired and renewed against the
@@ -60,8 +60,8 @@ Figures per trial:
   cycle (0 here by construction; a shorter interval shortens it).
 
 Percentiles are nearest-rank: with 20 trials p99 is the maximum. The machine's 2 cores are
-shared with the JVM, the Python workers, Tansu, Redis and this process, so stage times include
-waiting for a core.
+shared with the JVM, the Python workers, the Kafka broker, Redis and this process, so stage
+times include waiting for a core.
 
     .venv/bin/python benchmarks/bench_reaction.py [--pair ours] [--trials 20]
     .venv/bin/python benchmarks/bench_reaction.py --pair extensible --trials 6
@@ -604,7 +604,7 @@ def start_processes(args: argparse.Namespace, config: Any, sets: list[str], sup:
     common = [a for s in sets for a in ("--set", s)]
     where = ["--bootstrap-servers", bs, "--redis-url", url]
     checkpoint = ["--checkpoint", str(sup.run_dir / "checkpoint")]
-    trigger = ["--trigger-seconds", str(args.trigger_seconds)]
+    trigger = ["--trigger-seconds", str(args.trigger_seconds), "--source", args.source]
     sup.start(
         "stream",
         lbctl_argv("stream", *where, *checkpoint, *trigger, *common),
@@ -772,6 +772,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hot-pct", type=float, default=95.0, help="target usage in a trial")
     ap.add_argument("--hot-bundles", type=int, default=2, help="hot bundles per trial")
     ap.add_argument("--trigger-seconds", type=float, default=0.5)
+    ap.add_argument(
+        "--source",
+        default="kafka",
+        choices=("kafka", "python"),
+        help="the job's Kafka source: Spark's connector (default) or the Python data source",
+    )
     ap.add_argument("--round-s", type=float, default=1.0, help="least wall time per round")
     ap.add_argument(
         "--report-interval-s", type=float, default=60.0, help="virtual time between rounds"

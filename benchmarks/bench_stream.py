@@ -1,11 +1,13 @@
 """Benchmark of the streaming job: throughput, report-to-decision latency, state size.
 
-What it runs (everything local: embedded Tansu Kafka and Redis, Spark ``local[2]``):
+What it runs (everything local: embedded Apache Kafka and Redis, Spark ``local[2]``):
 
 1. **Backlog phase.** ``--rounds`` rounds of reports (``--brokers`` x ``--bundles`` bundles per
    broker, every broker reporting once per ``--report-interval-s`` of *event* time) are put on
-   the reports topic first. A plain confluent-kafka consumer reads them back (the baseline: how
-   fast a bare client gets the same bytes), then the job drains them; throughput is bundle
+   the reports topic first. A plain confluent-kafka consumer and Kafka's own
+   ``kafka-consumer-perf-test`` (``org.apache.kafka.tools.ConsumerPerformance``, from the cached
+   Kafka jars) read them back (the ceilings: how fast a bare client gets the same bytes), then
+   the job drains them; throughput is bundle
    samples per second over the batches after the first (the first one pays for starting the
    Python workers), from Spark's own progress reports.
 2. **Live phase.** For ``--live-seconds`` every broker publishes one report per interval, spread
@@ -15,8 +17,8 @@ What it runs (everything local: embedded Tansu Kafka and Redis, Spark ``local[2]
 3. **State size.** Bytes per bundle of the shard blobs (what the value state holds) and of
    RocksDB's SST files (what the checkpoint holds), from the query's state-operator metrics.
 
-Tansu keeps every record in memory: the default run (40 x 2,500 = 100,000 bundles, 600 KB
-reports, 10 backlog rounds + 180 s live) holds about 1.2 GB there.
+The broker writes its log under the work folder: the default run (40 x 2,500 = 100,000
+bundles, 600 KB reports, 10 backlog rounds + 180 s live) writes about 1.2 GB there.
 
     .venv/bin/python benchmarks/bench_stream.py [--brokers 40 --bundles 2500 ...]
 
@@ -137,6 +139,24 @@ def consumer_baseline(bootstrap: str, topic: str, partitions: int, expected: int
     return got / elapsed
 
 
+def consumer_perf_test(bootstrap: str, topic: str, expected: int) -> float:
+    """Records per second Kafka's own consumer (``kafka-consumer-perf-test``) reads the topic
+    at, timed by the tool from its first fetch to its last (JVM start-up excluded)."""
+    import subprocess
+
+    from infra import jars
+    from infra.kafka_server import java_binary
+
+    argv = [java_binary(), "-Xmx512m", "-cp", jars.classpath("kafka"),
+            "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
+            "--topic", topic, "--messages", str(expected), "--timeout", "60000",
+            "--fetch-size", str(64_000_000), "--hide-header"]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
+    # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
+    fields = [f.strip() for f in out.strip().splitlines()[-1].split(",")]
+    return float(fields[5])
+
+
 def live_phase(bootstrap, topic, reports, seconds: float, interval_s: float, sent: list[int]):
     """Publish in real time; every broker once per interval, spread over it."""
     p = producer(bootstrap)
@@ -221,7 +241,8 @@ def print_breakdown(
 
 def process_cpu() -> dict[str, float]:
     """CPU seconds so far of this process and everything it started, by kind of process
-    (Spark's JVM, its Python workers, Tansu, Redis, this driver), ended children included."""
+    (Spark's JVM, its Python workers, the Kafka broker, Redis, this driver), ended children
+    included."""
     import psutil
 
     me = psutil.Process()
@@ -229,13 +250,14 @@ def process_cpu() -> dict[str, float]:
     for p in [me, *me.children(recursive=True)]:
         try:
             t = p.cpu_times()
-            cmd = " ".join(p.cmdline()[:3])
+            argv = p.cmdline()
         except psutil.Error:
             continue
-        # by executable first: Tansu's and Redis's binaries live in the venv's site-packages,
-        # whose path holds "python"
+        cmd = " ".join(argv[:3])
+        # by executable first: Redis's binary lives in the venv's site-packages, whose path
+        # holds "python"; the broker is a JVM too, told apart by its main class
         name = p.name().lower()
-        kind = ("driver (python)" if p.pid == me.pid else "tansu" if "tansu" in name
+        kind = ("driver (python)" if p.pid == me.pid else "kafka" if "kafka.Kafka" in argv
                 else "redis" if "redis" in name else "spark jvm" if "java" in cmd
                 else "python workers" if "pyspark" in cmd or "python" in cmd
                 else p.name())  # fmt: skip
@@ -270,8 +292,9 @@ class MemorySampler:
     through the session's py4j gateway) and its limit, the JVM's resident set, this driver
     process's resident set (the decision stage's view and the batch it collected), and the
     sum of the proportional set sizes of Spark's Python workers (state step and source; they
-    are forked from one daemon and share pages, so resident sets would count those twice). Tansu and
-    Redis are not counted: they stand in for services a real deployment runs elsewhere."""
+    are forked from one daemon and share pages, so resident sets would count those twice). The
+    Kafka broker and Redis are not counted: they stand in for services a real deployment runs
+    elsewhere."""
 
     def __init__(self, spark: object) -> None:
         self.spark = spark
@@ -466,7 +489,7 @@ def main() -> int:
     try:
         return run(args, work)
     finally:
-        # Tansu's log files and the checkpoint: about 2 GB for a 152-round backlog
+        # the broker's log and the checkpoint: about 2 GB for a 152-round backlog
         if args.keep_work:
             print(f"kept {work}", flush=True)
         else:
@@ -498,6 +521,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
                                          backlog_records)  # fmt: skip
         print(f"plain consumer: {baseline_rps:.1f} reports/s = "
               f"{baseline_rps * args.bundles:,.0f} bundle samples/s")  # fmt: skip
+        perf_rps = consumer_perf_test(bs, config.load_reports_topic, backlog_records)
+        print(f"kafka-consumer-perf-test: {perf_rps:.1f} reports/s = "
+              f"{perf_rps * args.bundles:,.0f} bundle samples/s")  # fmt: skip
 
         batches: list[tuple[BatchStats, float]] = []
         lock = threading.Lock()
@@ -575,9 +601,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
             cpu_steady = cpu_delta(cpu_first, process_cpu())
             n_steady = sum(reports_of(p) for p in progress[1:])
             total = sum(cpu_steady.values())
-            job = sum(v for k, v in cpu_steady.items() if k not in ("tansu", "redis"))
+            job = sum(v for k, v in cpu_steady.items() if k not in ("kafka", "redis"))
             print(f"CPU after the first batch: {total:.1f} s for {n_steady} reports = "
-                  f"{total / n_steady * 1000:.1f} ms per report, the job's own (without Tansu "
+                  f"{total / n_steady * 1000:.1f} ms per report, the job's own (without Kafka "
                   f"and Redis) {job / n_steady * 1000:.1f};",
                   {k: round(v / n_steady * 1000, 1) for k, v in cpu_steady.items()},
                   f"ms per report; at 2 cores this bounds throughput to "
@@ -652,6 +678,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         "job_samples_per_s": round(job_rps * args.bundles),
         "consumer_samples_per_s": round(baseline_rps * args.bundles),
         "job_over_consumer": round(job_rps / baseline_rps, 3),
+        "perf_test_samples_per_s": round(perf_rps * args.bundles),
         "live_samples_per_s": round(live_rate),
         "live_reports": len(sent),
         "latency_measured": len(latencies),
@@ -693,12 +720,13 @@ Script: `benchmarks/bench_stream.py` (method in its docstring). Command, on the 
 
 {args.brokers} brokers x {args.bundles} bundles = {f["bundles"]:,} bundles, reports of
 {f["report_kb"]} KB, {args.shards} state shards, trigger {args.trigger_seconds} s, source
-`{args.source}`, local[2], embedded Tansu and Redis on the same 2 cores.
+`{args.source}`, local[2], embedded Apache Kafka and Redis on the same 2 cores.
 
 | figure | value |
 |---|---|
 | job throughput, backlog (bundle samples/s) | {f["job_samples_per_s"]:,} |
 | plain confluent-kafka consumer, same topic (bundle samples/s) | {f["consumer_samples_per_s"]:,} |
+| kafka-consumer-perf-test, same topic (bundle samples/s) | {f["perf_test_samples_per_s"]:,} |
 | job / consumer | {f["job_over_consumer"]} |
 | live load offered (bundle samples/s) | {f["live_samples_per_s"]:,} |
 | report-to-decision latency p50 / p99 (ms, {f["latency_measured"]} reports) | \
