@@ -4,8 +4,10 @@ The shell side of ``loadbalance.config``: it reads the ``broker.conf`` file and 
 environment, hands the text and mappings to the pure loader, and reports problems in one line
 that names the knob, never with a secret in it. A stock Pulsar ``broker.conf`` holds dozens of
 settings that mean nothing to a load balancer: they get one summary warning line, and
-``--verbose`` lists them, with what the recognised Pulsar keys (``loadManagerClassName``,
-``loadBalancerDebugModeEnabled``, ``preferLaterVersions``) mean here.
+``--verbose`` lists them, with why the inert Pulsar knobs it names (``loadManagerClassName``,
+``loadBalancerDebugModeEnabled``, ...: ``loadbalance.config.INERT_KNOBS``) have no effect here.
+An inert knob set to anything but its default, from any source, is logged as one warning
+naming it (logger ``lbctl.config``), so an operator who tuned it learns that it does nothing.
 
 Why it sits in the infrastructure layer: every long-running process (the streaming job, the
 controller, the agent, the simulator) and every ``lbctl`` command loads its configuration the
@@ -33,6 +35,8 @@ from loadbalance.config import (
     LoadBalancerConfig,
     load_config_details,
 )
+
+log = logging.getLogger("lbctl.config")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +86,7 @@ def load_from_args(args: argparse.Namespace, *, quiet: bool = False) -> LoadBala
     )
     if not quiet:
         print_config_load(found, verbose=bool(getattr(args, "verbose", False)))
+        log_inert_settings(found)
     redact_logs(config)
     return config
 
@@ -96,6 +101,12 @@ def print_config_load(found: ConfigLoad, *, verbose: bool, file: Any = None) -> 
             print(f"lbctl: ignored broker.conf key (not a load-balancer setting): {key}", file=out)
         for note in found.notes:
             print(f"lbctl: note: {note}", file=out)
+
+
+def log_inert_settings(found: ConfigLoad) -> None:
+    """One logged warning per inert knob set to anything but its default."""
+    for line in found.inert:
+        log.warning("configuration: %s", line)
 
 
 def redact_logs(config: LoadBalancerConfig) -> None:

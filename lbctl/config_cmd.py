@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.config_loading import add_config_arguments, load_from_args
-from loadbalance.config import ConfigError, config_rows
+from loadbalance.config import ConfigError, config_rows, knob_status
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "show",
         help="print every knob with its value, default and meaning (secrets masked)",
         description="Print the effective configuration: defaults < --config file < LB_* "
-        "environment variables < --set overrides. Secrets are shown as ******.",
+        "environment variables < --set overrides. Secrets are shown as ******. Status 'inert' "
+        "marks a recognised Pulsar knob that has no effect here; its meaning says why.",
     )
     add_config_arguments(show)
     show.add_argument("--json", action="store_true", help="print a JSON object knob -> value")
@@ -44,10 +45,11 @@ def run_show(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v, _, _ in rows}, indent=2, sort_keys=True))
         return 0
     table = Table(title="Effective configuration", show_lines=False)
-    for col in ("knob", "value", "default", "meaning"):
+    for col in ("knob", "value", "default", "status", "meaning"):
         table.add_column(col, overflow="fold")
     for knob, value, default, desc in rows:
-        style = "bold" if value != default else None
-        table.add_row(knob, value, default, desc, style=style)
+        status = knob_status(knob).split(":", 1)[0]
+        style = "dim" if status == "inert" else "bold" if value != default else None
+        table.add_row(knob, value, default, status, desc, style=style)
     Console(width=200).print(table)
     return 0

@@ -13,6 +13,11 @@ Deviations and additions (each says so in its description):
   ``loadBalancerNamespaceBundleSplitConditionHitCountThreshold``.
 * The merge knobs, ``loadBalancerBrokerReportTimeoutSeconds``, the lease and registration TTLs,
   and the service settings (Kafka, Redis, topic names, size limits) are ours.
+* Recognised Pulsar knobs that nothing here reads (``INERT_KNOBS``: the extensible manager's
+  ownership-channel knobs, ``loadManagerClassName``, ``loadBalancerDebugModeEnabled``, ...) are
+  fields, so a broker.conf that sets them loads, but each says why it is inert: ``config show``
+  marks it, and a value other than the default gets one warning naming the knob. Every other
+  knob is read by some code path (``tests/unit/test_knobs_in_force.py`` checks).
 * ``loadBalancerLoadSheddingStrategy`` / ``loadBalancerLoadPlacementStrategy`` accept Pulsar's full
   class names and the short names; our own strategies are registered in ``KNOWN_SHEDDERS`` and
   ``KNOWN_PLACEMENTS``.
@@ -158,7 +163,9 @@ class LoadBalancerConfig(BaseModel):
     )
     load_balancer_auto_unload_split_bundles_enabled: bool = _f(
         True,
-        "Unload the children of a split (they are placed on next lookup).",
+        "The controller leaves the children of a split free, to be placed on their next "
+        "lookup (Pulsar's splitAndOwnBundle with unload); off: each child is leased to the "
+        "parent's owner right after the split.",
         alias="loadBalancerAutoUnloadSplitBundlesEnabled",
     )
     load_balancer_load_shedding_strategy: str = _f(
@@ -192,7 +199,7 @@ class LoadBalancerConfig(BaseModel):
     )
     load_balancer_host_usage_check_interval_minutes: float = _f(
         1,
-        "How often host usage is sampled, minutes.",
+        "How often Pulsar's broker samples its host usage, minutes.",
         alias="loadBalancerHostUsageCheckIntervalMinutes",
         **_POS,
     )
@@ -438,7 +445,10 @@ class LoadBalancerConfig(BaseModel):
     )
     namespace_bundle_unloading_timeout_ms: int = _f(
         60000,
-        "Time allowed for a bundle unload, ms.",
+        "How long an unload or transfer may hold its bundle before the controller applies it, "
+        "from the decision's time, ms; past it the controller gives up and records the "
+        "outcome rejected ('unload timed out'), the bundle staying with its owner. Pulsar "
+        "bounds the owner's unload by it; here the release itself never waits.",
         alias="namespaceBundleUnloadingTimeoutMs",
         **_POS,
     )
@@ -493,14 +503,37 @@ class LoadBalancerConfig(BaseModel):
     )
     load_balancer_in_flight_service_unit_state_waiting_time_in_millis: int = _f(
         30000,
-        "In-flight ownership changes older than this are repaired, ms.",
+        "Extensible manager: in-flight ownership changes older than this are repaired, ms.",
         alias="loadBalancerInFlightServiceUnitStateWaitingTimeInMillis",
         **_POS,
     )
     load_balancer_service_unit_state_monitor_interval_in_seconds: float = _f(
         60,
-        "Interval of the ownership monitor, s.",
+        "Extensible manager: interval of the ownership channel's monitor, s.",
         alias="loadBalancerServiceUnitStateMonitorIntervalInSeconds",
+        **_POS,
+    )
+    load_balancer_service_unit_state_tombstone_delay_time_in_seconds: float = _f(
+        3600,
+        "Extensible manager: delay before split parents are tombstoned in the ownership "
+        "channel, s.",
+        alias="loadBalancerServiceUnitStateTombstoneDelayTimeInSeconds",
+        **_NONNEG,
+    )
+    # -- Pulsar broker settings recognised here (see INERT_KNOBS) ------------------------------
+    load_manager_class_name: str = _f(
+        "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
+        "Pulsar's choice of load manager class.",
+        alias="loadManagerClassName",
+    )
+    load_balancer_debug_mode_enabled: bool = _f(
+        False, "Pulsar's verbose load-manager logging.", alias="loadBalancerDebugModeEnabled"
+    )
+    load_balancer_resource_quota_update_interval_minutes: float = _f(
+        15,
+        "How often Pulsar's leader writes bundle data and time averages to its metadata "
+        "store, minutes.",
+        alias="loadBalancerResourceQuotaUpdateIntervalMinutes",
         **_POS,
     )
     # -- ours: merge, liveness, leases -----------------------------------------------------
@@ -736,28 +769,40 @@ _UPPER_TO_ALIAS = {re.sub(r"(?<!^)(?=[A-Z])", "_", a).upper(): a for a in ALIAS_
 _UPPER_TO_ALIAS.update({name.upper(): FIELDS[name].alias for name in FIELDS})
 
 
-# Pulsar knobs that have no field here but that an operator's broker.conf carries: recognised,
-# and explained instead of being called unknown.
-RECOGNISED_PULSAR_KEYS = {
+# Pulsar knobs that are recognised (an operator's broker.conf carries them, ``config show``
+# lists them) but that nothing here reads, with why: ``config show`` marks them inert, and a
+# configuration that sets one to anything but its default gets one warning naming it.
+INERT_KNOBS: dict[str, str] = {
     "loadManagerClassName": (
-        "Pulsar's choice of load manager. Here the streaming controller is the load manager; "
-        "it reads the reports of all three (Simple: LoadReport, Modular: LocalBrokerData, "
-        "Extensible: BrokerLoadData, which names no bundles) and applies "
-        "loadBalancerLoadSheddingStrategy / loadBalancerLoadPlacementStrategy"
+        "the streaming controller is the load manager; it reads the reports of all three "
+        "Pulsar managers (Simple: LoadReport, Modular: LocalBrokerData, Extensible: "
+        "BrokerLoadData, which names no bundles) and applies loadBalancerLoadSheddingStrategy "
+        "/ loadBalancerLoadPlacementStrategy"
     ),
     "loadBalancerDebugModeEnabled": (
-        "Pulsar's verbose load-manager logging. Here every decision carries its inputs and "
-        "reason, and logging is set with lbctl --log-level DEBUG"
+        "every decision carries its inputs and reason, and logging is set with lbctl "
+        "--log-level DEBUG"
     ),
     "loadBalancerResourceQuotaUpdateIntervalMinutes": (
-        "how often Pulsar's leader writes bundle data and time averages to the metadata store. "
-        "Here the streaming job keeps them in its checkpointed state and writes the load "
-        "snapshot to Redis every batch"
+        "the streaming job keeps bundle data and time averages in its checkpointed state and "
+        "writes the load snapshot to Redis every batch"
     ),
     "loadBalancerServiceUnitStateTombstoneDelayTimeInSeconds": (
-        "the extensible manager's delay before tombstoning split parents in its service-unit "
-        "state channel. Here ownership is Redis leases and a split replaces its parent in one "
-        "atomic script, so nothing is left to tombstone"
+        "ownership is Redis leases and a split replaces its parent in one atomic script, so "
+        "nothing is left to tombstone"
+    ),
+    "loadBalancerInFlightServiceUnitStateWaitingTimeInMillis": (
+        "every ownership change is one atomic Redis script, so none is ever left in flight; "
+        "a lease its owner stops renewing expires (loadBalancerOwnershipLeaseTtlSeconds) and "
+        "the controller's sweep places its bundle again"
+    ),
+    "loadBalancerServiceUnitStateMonitorIntervalInSeconds": (
+        "there is no ownership channel to monitor; the controller sweeps expired leases every "
+        "lbctl control --sweep-interval-s"
+    ),
+    "loadBalancerHostUsageCheckIntervalMinutes": (
+        "the broker agent samples host usage at every report check "
+        "(loadBalancerReportUpdateMinIntervalMillis), so a report never carries older usage"
     ),
 }
 # A key with one of these prefixes is meant for the load balancer: if it is unknown, it is
@@ -823,12 +868,14 @@ def _suggest(key: str) -> str:
 class ConfigLoad:
     """What loading found besides the configuration: ``warnings`` (one line each, short: a
     stock Pulsar broker.conf gives one summary line, not dozens), ``ignored_keys`` (broker.conf
-    keys with no meaning here, for ``--verbose``) and ``notes`` (recognised Pulsar keys that
-    are not knobs here, with what they mean here)."""
+    keys with no meaning here, for ``--verbose``), ``notes`` (inert Pulsar knobs the
+    broker.conf names, with why they are inert here) and ``inert`` (one line per inert knob
+    set to anything but its default, from any source: the loader logs each as a warning)."""
 
     warnings: tuple[str, ...] = ()
     ignored_keys: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    inert: tuple[str, ...] = ()
 
 
 def load_config(
@@ -855,10 +902,10 @@ def load_config_details(
     notes: list[str] = []
     for key, raw in parse_broker_conf(conf_text or "").items():
         alias = _canonical(key)
+        if alias in INERT_KNOBS:
+            notes.append(f"broker.conf: {key}={raw}: has no effect here: {INERT_KNOBS[alias]}")
         if alias is None:
-            if key in RECOGNISED_PULSAR_KEYS:
-                notes.append(f"broker.conf: {key}={raw}: {RECOGNISED_PULSAR_KEYS[key]}")
-            elif key.startswith(_LOAD_BALANCER_PREFIXES):
+            if key.startswith(_LOAD_BALANCER_PREFIXES):
                 warnings.append(f"broker.conf: ignoring unknown key {key}{_suggest(key)}")
             else:
                 ignored.append(key)
@@ -883,8 +930,26 @@ def load_config_details(
         if alias is None:
             raise ConfigError(key, f"unknown knob{_suggest(key)}")
         values[alias] = _coerce(alias, raw) if isinstance(raw, str) else raw
-    found = ConfigLoad(tuple(warnings), tuple(ignored), tuple(notes))
-    return build_config(values), found
+    config = build_config(values)
+    found = ConfigLoad(tuple(warnings), tuple(ignored), tuple(notes), inert_settings(config))
+    return config, found
+
+
+def inert_settings(config: LoadBalancerConfig) -> tuple[str, ...]:
+    """One line per inert knob (``INERT_KNOBS``) set to something other than its default."""
+    out = []
+    for alias, reason in INERT_KNOBS.items():
+        name = ALIAS_TO_FIELD[alias]
+        value = getattr(config, name)
+        if value != FIELDS[name].default:
+            out.append(f"{alias}={mask_value(name, value)} has no effect here: {reason}")
+    return tuple(out)
+
+
+def knob_status(alias: str) -> str:
+    """``in force``, or ``inert: <why>`` for a recognised knob nothing here reads."""
+    reason = INERT_KNOBS.get(alias)
+    return "in force" if reason is None else f"inert: {reason}"
 
 
 def build_config(values: Mapping[str, Any]) -> LoadBalancerConfig:
@@ -926,7 +991,11 @@ def config_rows(
     for name, f in FIELDS.items():
         value = getattr(config, name)
         shown = mask_value(name, value) if mask_secrets else str(value)
-        rows.append((f.alias or name, shown, mask_value(name, f.default), f.description or ""))
+        desc = f.description or ""
+        reason = INERT_KNOBS.get(f.alias or name)
+        if reason is not None:
+            desc = f"Inert here: {reason}. (Pulsar: {desc})"
+        rows.append((f.alias or name, shown, mask_value(name, f.default), desc))
     return rows
 
 
