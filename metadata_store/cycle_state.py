@@ -18,7 +18,9 @@ Document (version 1)::
                                                  "load": [msgRate, thrIn, thrOut]}},
                              "cameFrom": {bundle: broker}},
      "splitState": null | {"type": "SplitState", "hitCounts": {bundle: int}},
-     "placementState": null | {"type": "RoundRobinState", "counter": int},
+     "placementState": null | {"type": "RoundRobinState", "counter": int}
+                            | {"type": "LeastResourceUsageWithWeightState",
+                               "brokerAvgResourceUsageWithWeight": {broker: float}},
      "recentlyUnloaded": {bundle: ms}}
 """
 
@@ -31,6 +33,9 @@ from typing import Any
 
 from loadbalance.cycle import CycleState
 from loadbalance.errors import InvalidInput
+from loadbalance.placement.least_resource_usage_with_weight import (
+    LeastResourceUsageWithWeightState,
+)
 from loadbalance.placement.round_robin import RoundRobinState
 from loadbalance.shedding.transfer_shedder import TransferShedderState
 from loadbalance.split_policy import SplitState
@@ -100,6 +105,15 @@ def _load_round_robin(d: Mapping[str, Any]) -> RoundRobinState:
     return RoundRobinState(_int(d["counter"]))
 
 
+def _dump_lruww(s: LeastResourceUsageWithWeightState) -> dict[str, Any]:
+    return {"brokerAvgResourceUsageWithWeight": dict(s.broker_avg_resource_usage_with_weight)}
+
+
+def _load_lruww(d: Mapping[str, Any]) -> LeastResourceUsageWithWeightState:
+    usage = {b: _float(v) for b, v in _map(d["brokerAvgResourceUsageWithWeight"]).items()}
+    return LeastResourceUsageWithWeightState(_ro(usage))
+
+
 # type -> (its tag, writer, reader, the fields the reader takes)
 _TYPES: dict[type, tuple[str, Callable[[Any], dict], Callable[[Mapping], Any], frozenset]] = {
     TransferShedderState: (
@@ -114,13 +128,17 @@ _TYPES: dict[type, tuple[str, Callable[[Any], dict], Callable[[Mapping], Any], f
     RoundRobinState: (
         "RoundRobinState", _dump_round_robin, _load_round_robin, frozenset({"counter"}),
     ),
+    LeastResourceUsageWithWeightState: (
+        "LeastResourceUsageWithWeightState", _dump_lruww, _load_lruww,
+        frozenset({"brokerAvgResourceUsageWithWeight"}),
+    ),
 }  # fmt: skip
 _BY_TAG = {tag: (load, fields) for tag, _, load, fields in _TYPES.values()}
 # which tags each slot of CycleState may hold
 _SLOTS = {
     "shedderState": frozenset({"TransferShedderState", "ProjectedShedderState"}),
     "splitState": frozenset({"SplitState"}),
-    "placementState": frozenset({"RoundRobinState"}),
+    "placementState": frozenset({"RoundRobinState", "LeastResourceUsageWithWeightState"}),
 }
 _KEYS = frozenset(
     {"cycleStateVersion", "lastSheddingMs", "lastSplitMs", "recentlyUnloaded", *_SLOTS}

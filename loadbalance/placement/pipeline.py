@@ -67,7 +67,10 @@ from loadbalance.placement.least_long_term_message_rate import (
     LeastLongTermMessageRate,
     LeastRateOrder,
 )
-from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
+from loadbalance.placement.least_resource_usage_with_weight import (
+    LeastResourceUsageWithWeight,
+    LeastResourceUsageWithWeightState,
+)
 from loadbalance.placement.policy_filters import PolicyFilter
 from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
 from loadbalance.strategies.least_projected_usage import (
@@ -81,7 +84,7 @@ from loadbalance.view import ClusterView
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
 
-PlacementState: TypeAlias = RoundRobinState | None
+PlacementState: TypeAlias = RoundRobinState | LeastResourceUsageWithWeightState | None
 """The state of any registered placement strategy (``None``: a stateless one)."""
 
 _EMPTY = "\x00no live broker"

@@ -12,6 +12,9 @@ import pytest
 
 from loadbalance.cycle import CycleState
 from loadbalance.errors import InvalidInput
+from loadbalance.placement.least_resource_usage_with_weight import (
+    LeastResourceUsageWithWeightState,
+)
 from loadbalance.placement.round_robin import RoundRobinState
 from loadbalance.shedding.transfer_shedder import TransferShedderState
 from loadbalance.split_policy import SplitState
@@ -37,6 +40,9 @@ STATES = {
     ),
     "SplitState": CycleState(last_split_ms=7, split_state=SplitState(RO({B2: 2, B1: 1}))),
     "RoundRobinState": CycleState(placement_state=RoundRobinState(2**40 + 1)),
+    "LeastResourceUsageWithWeightState": CycleState(
+        placement_state=LeastResourceUsageWithWeightState(RO({"b2:8080": 1 / 3, "b1:8080": 1.5}))
+    ),
 }
 
 
@@ -51,9 +57,16 @@ def test_every_state_type_round_trips_equal_and_in_order(name):
     assert type(back.placement_state) is type(state.placement_state)
     # mapping order survives (a cycle iterates over some of them), and the text is stable
     assert list(back.recently_unloaded) == list(state.recently_unloaded)
-    for part in ("recent_brokers", "pending", "came_from", "hit_counts"):
+    for part in (
+        "recent_brokers",
+        "pending",
+        "came_from",
+        "hit_counts",
+        "broker_avg_resource_usage_with_weight",
+    ):
         for old, new in ((state.shedder_state, back.shedder_state),
-                         (state.split_state, back.split_state)):  # fmt: skip
+                         (state.split_state, back.split_state),
+                         (state.placement_state, back.placement_state)):  # fmt: skip
             if hasattr(old, part):
                 assert list(getattr(new, part)) == list(getattr(old, part))
     assert dump_cycle_state(back) == text

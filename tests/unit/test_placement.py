@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -20,7 +21,10 @@ from loadbalance.placement.filters import (
     remove_most_servicing_brokers_for_namespace,
 )
 from loadbalance.placement.least_long_term_message_rate import LeastLongTermMessageRate
-from loadbalance.placement.least_resource_usage_with_weight import LeastResourceUsageWithWeight
+from loadbalance.placement.least_resource_usage_with_weight import (
+    LeastResourceUsageWithWeight,
+    LeastResourceUsageWithWeightState,
+)
 from loadbalance.placement.pipeline import BrokerSelector, make_placement
 from loadbalance.placement.round_robin import RoundRobinBrokerSelector, RoundRobinState
 from loadbalance.time_average import BundleData, TimeAverageBrokerData, TimeAverageMessageData
@@ -265,16 +269,18 @@ def test_distribute_evenly_can_be_switched_off() -> None:
 
 
 def _lruww_picks(usages: list[float], seeds: int = 60) -> set[str | None]:
+    """A fresh strategy's picks: each history starts at the broker's reading (cpu ``u``)."""
     brokers = [
-        broker(f"b{i}", msg_rate=10.0, history=u, bundles=(BUNDLES[40 + i],))
+        broker(f"b{i}", msg_rate=10.0, usage_pct=u * 100, bundles=(BUNDLES[40 + i],))
         for i, u in enumerate(usages)
     ]
     view = view_of(*brokers)
     names = [b.broker for b in brokers]
     strategy = LeastResourceUsageWithWeight()
+    state = strategy.initial_state()
     return {
         strategy.select_broker(
-            names, BUNDLES[0], BundleData.new(), view, {}, make_config(), random.Random(s), None
+            names, BUNDLES[0], BundleData.new(), view, {}, make_config(), random.Random(s), state
         )[1]
         for s in range(seeds)
     }
@@ -292,12 +298,19 @@ def test_least_resource_usage_pip364_weakness_random_fallback_can_pick_the_busie
 
 
 def test_least_resource_usage_uses_the_current_reading_for_a_broker_without_bundles() -> None:
-    restarted = broker("restarted", usage_pct=0.0, history=0.9)  # no bundles: history ignored
-    busy = broker("busy", msg_rate=10.0, history=0.6, bundles=("x/y/0x00000000_0x80000000",))
-    other = broker("other", msg_rate=10.0, history=0.6, bundles=("x/y/0x80000000_0xffffffff",))
+    restarted = broker("restarted", usage_pct=0.0)  # no bundles: its history is ignored
+    busy = broker("busy", msg_rate=10.0, usage_pct=60.0, bundles=("x/y/0x00000000_0x80000000",))
+    other = broker("other", msg_rate=10.0, usage_pct=60.0, bundles=("x/y/0x80000000_0xffffffff",))
     view = view_of(restarted, busy, other)
-    sel = selector(view, strategy=LeastResourceUsageWithWeight())
+    history = {"restarted": 0.9, "busy": 0.6, "other": 0.6}
+    state = LeastResourceUsageWithWeightState(MappingProxyType(history))
+    sel = BrokerSelector(
+        view, make_config(), random.Random(1), LeastResourceUsageWithWeight(), state
+    )
     assert sel.select(BUNDLES[0]) == "restarted"
+    assert sel.strategy_state == LeastResourceUsageWithWeightState(
+        MappingProxyType({"restarted": 0.0, "busy": 0.6, "other": 0.6})
+    )
 
 
 # --- RoundRobinBrokerSelector and the registry ------------------------------------------------
