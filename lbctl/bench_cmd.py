@@ -139,6 +139,10 @@ def run_bench_balance(args: argparse.Namespace) -> int:
         print(
             f"{len(scores)} runs in {elapsed_s:.1f} s; wrote " + ", ".join(map(str, paths.values()))
         )
+    failed = scoreboard.failure_text(scores)
+    if failed:  # a run that broke a placement policy fails the benchmark, whatever it balanced
+        print(failed, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -30,7 +30,9 @@ a crashed broker's leases end when its lease TTL has run out (the cycle ``event_
 gives), as the controller's sweep finds them.
 
 The runner records per-cycle broker usage (the weighted max resource usage the shedders read)
-and every bundle move, so ``producers.scoreboard`` can score balance quality.
+and every bundle move, so ``producers.scoreboard`` can score balance quality; with placement
+policies (or heartbeat namespaces) it also judges the ownership at every cycle's end
+(``producers.policy_violations``), independently of the filters that chose the owners.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.apply import APPLIED, Outcome, apply_decision
-from loadbalance.bundles import NamespaceBundles
+from controller.reconciler import apply_knobs
+from loadbalance.bundles import NamespaceBundles, is_system_service_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import CycleState, cycle_rng, ingest_kwargs, step, weights_from_config
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
@@ -58,6 +61,7 @@ from loadbalance.view import (
     with_preallocated,
 )
 from metadata_store.ownership_memory import MemoryStore
+from producers.policy_violations import Violation, find_violations, isolation_pools
 from producers.scenarios import (
     ADD_BROKERS,
     CRASH,
@@ -73,6 +77,7 @@ OSCILLATION_WINDOW_MS = 30 * MINUTE_MS  # loadBalancerSheddingGracePeriodMinutes
 BROKER_DOWN, BROKER_UP, BROKER_CRASH, LEASES_EXPIRE = "down", "up", "crash", "expire"
 # How long a lease or registration runs: longer than any run, as a live broker renews both.
 HELD_MS = 1 << 50
+MAX_VIOLATION_EXAMPLES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,14 @@ class SimRun:
     joined: dict[str, int] = field(default_factory=dict)
     event_cycles: list[int] = field(default_factory=list)
     reports: list[dict[str, LocalBrokerData]] = field(default_factory=list)
+    violations: list[int] = field(default_factory=list)
+    """Per cycle, the placement-policy violations of the ownership at the cycle's end (empty
+    when the scenario has no policies to keep)."""
+    violation_examples: list[tuple[int, Violation]] = field(default_factory=list)
+    """The first few violations with their cycle, to say what broke."""
+    pools: dict[str, str] = field(default_factory=dict)
+    """broker -> its isolation pool (``policy_violations.isolation_pools``); empty when no
+    isolation policy splits the cluster, so balance is judged over all brokers."""
 
 
 def make_config(
@@ -207,6 +220,12 @@ class FastSim:
         self._moves = MoveHistory(self.oscillation_cycles)
         self.run_data = SimRun(scenario.name, seed, 0)
         self.run_data.event_cycles = sorted(self.schedule)
+        policies = scenario.policies
+        self._check_policies = not policies.empty or any(
+            is_system_service_namespace(ns) for ns in scenario.namespaces
+        )
+        if policies.isolation:
+            self.run_data.pools = isolation_pools(scenario.model.brokers, policies)
 
     # --- the ownership store -------------------------------------------------------------------
 
@@ -328,7 +347,9 @@ class FastSim:
         """Apply one decision with the controller's applier and record what it changed."""
         now_ms = cycle * self.tick_ms
         before = self.store.owner(d.bundle, now_ms) if d.kind in (TRANSFER, UNLOAD) else None
-        outcome = apply_decision(self.store, d, now_ms=now_ms, lease_ttl_ms=HELD_MS)
+        outcome = apply_decision(
+            self.store, d, now_ms=now_ms, lease_ttl_ms=HELD_MS, **apply_knobs(self.config)
+        )
         run = self.run_data
         run.outcomes[outcome.outcome] = run.outcomes.get(outcome.outcome, 0) + 1
         if outcome.outcome != APPLIED:
@@ -391,7 +412,22 @@ class FastSim:
             self._apply(d, cycle)
         if result.decisions:
             self._read_store(now_ms)
+        if self._check_policies:
+            self._record_violations(cycle)
         run.cycles = cycle + 1
+
+    def _record_violations(self, cycle: int) -> None:
+        """Judge the ownership at the cycle's end against the scenario's policies."""
+        found = find_violations(
+            self.owners,
+            self.live,
+            self.scenario.policies,
+            domains_enabled=self.config.failure_domains_enabled,
+        )
+        run = self.run_data
+        run.violations.append(len(found))
+        room = MAX_VIOLATION_EXAMPLES - len(run.violation_examples)
+        run.violation_examples.extend((cycle, v) for v in found[: max(room, 0)])
 
     def run(self, cycles: int | None = None) -> SimRun:
         for c in range(self.scenario.cycles if cycles is None else cycles):

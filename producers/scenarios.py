@@ -24,6 +24,7 @@ from typing import Any
 from loadbalance.bundles import NamespaceBundles, topic_hash
 from loadbalance.errors import InvalidInput
 from loadbalance.placement.anti_affinity import filter_anti_affinity_group_owned_brokers
+from loadbalance.placement.heartbeat import pinned_broker
 from loadbalance.placement.isolation import namespace_candidates
 from loadbalance.placement.policies import NO_POLICIES, PlacementPolicies
 from producers.sim_model import (
@@ -285,20 +286,26 @@ def bundle_cpu_pct(model: ClusterModel, bundles: NamespaceBundles) -> dict[str, 
 def _initial_owners_under_policies(
     scenario: Scenario, brokers: list[str], cost: Mapping[str, float], rng: random.Random
 ) -> dict[str, str]:
-    """``initial_owners`` when the scenario has placement policies: each bundle only among the
-    brokers its isolation policy and anti-affinity group allow (placed largest first, so the
-    group counts see the bundles placed before); a bundle no broker may take starts unowned."""
+    """``initial_owners`` when the scenario has placement policies: a heartbeat or SLA-monitor
+    bundle on its own broker (a lookup pins it there, so starting elsewhere would be a violation
+    no strategy caused), every other bundle only among the brokers its isolation policy and
+    anti-affinity group allow (placed largest first, so the group counts see the bundles placed
+    before); a bundle no broker may take starts unowned."""
     load = {b: 0.0 for b in brokers}
     limit = {b: scenario.model.brokers[b].cpu_limit_pct for b in brokers}
     owned: dict[str, list[str]] = {b: [] for b in brokers}
     out: dict[str, str] = {}
     order = sorted(cost, key=lambda n: (-cost[n], n))
     for i, bundle in enumerate(order):
-        ns = bundle.rsplit("/", 1)[0]
-        allowed = namespace_candidates(ns, brokers, scenario.policies, {})
-        allowed = filter_anti_affinity_group_owned_brokers(
-            allowed, bundle, scenario.policies, owned, domains_enabled=True
-        )
+        pin = pinned_broker(bundle, brokers)
+        if pin is not None:
+            allowed = [pin.broker] if pin.broker is not None else []
+        else:
+            ns = bundle.rsplit("/", 1)[0]
+            allowed = namespace_candidates(ns, brokers, scenario.policies, {})
+            allowed = filter_anti_affinity_group_owned_brokers(
+                allowed, bundle, scenario.policies, owned, domains_enabled=True
+            )
         if not allowed:
             continue
         if scenario.initial_assignment == RANDOM:

@@ -23,6 +23,17 @@ the same starting ownership; only the policies differ. What is scored, and why:
   Connections disturbed is its producers + consumers summed over moves: every client of a moved
   bundle's topics is disconnected and reconnects to the new owner. Both need the run's reports
   (``keep_reports``); ``-`` without them.
+* **policy violations** (scenarios with placement policies or heartbeat namespaces): over every
+  cycle, the rules the ownership at the cycle's end breaks (``producers.policy_violations``:
+  isolation, anti-affinity spread over brokers and failure domains, heartbeat pinning), judged
+  apart from the filters that chose the owners. A run with any violation **fails**: ``failures``
+  names it, and ``lbctl bench balance`` exits with status 1.
+* **pools**: an isolation policy splits the brokers into pools that take different namespaces
+  (``policy_violations.isolation_pools``). Load cannot cross a pool's edge, so a cluster-wide
+  max/mean would never reach the band however well each pool is balanced. With pools, the
+  balance ratio of a cycle is that of the worst pool (each pool's busiest broker over the pool's
+  own mean), end MAD is taken from each broker's pool mean, and the per-pool cycles to balance
+  and end max/mean are reported as well. Without isolation there is one pool and nothing changes.
 * **max moves of one bundle in 60 cycles**: the most moves any single bundle made inside any
   window of 60 consecutive cycles, leaving out bundles a scenario event displaced (a crash or a
   leave freed them, so moving them on is recovery, not churn). A bundle moved back and forth
@@ -145,6 +156,10 @@ class Score:
     bytes_moved_gb: float | None = None
     connections_disturbed: int | None = None
     max_moves_one_bundle_60: int = 0
+    policy_violations: int | None = None
+    first_violation: str = ""
+    pools_balanced_after: dict[str, int | None] = field(default_factory=dict)
+    pools_end_max_over_mean: dict[str, float] = field(default_factory=dict)
     series_max_pct: list[float] = field(default_factory=list, repr=False)
     series_mean_pct: list[float] = field(default_factory=list, repr=False)
 
@@ -162,6 +177,34 @@ def _mad(usage: Mapping[str, float]) -> float:
         return 0.0
     mean = sum(usage.values()) / len(usage)
     return sum(abs(u - mean) for u in usage.values()) / len(usage)
+
+
+def split_pools(
+    usage: Mapping[str, float], pools: Mapping[str, str]
+) -> dict[str, dict[str, float]]:
+    """One cycle's usage per pool (``pools``: broker -> pool; empty: one pool of all)."""
+    if not pools:
+        return {"": dict(usage)}
+    out: dict[str, dict[str, float]] = {}
+    for b, u in usage.items():
+        out.setdefault(pools.get(b, ""), {})[b] = u
+    return out
+
+
+def pooled_max_over_mean(usage: Mapping[str, float], pools: Mapping[str, str]) -> float:
+    """The worst pool's max/mean: the cluster is balanced when every pool is."""
+    if not pools:
+        return max_over_mean(usage)
+    return max((max_over_mean(u) for u in split_pools(usage, pools).values()), default=0.0)
+
+
+def pooled_mad(usage: Mapping[str, float], pools: Mapping[str, str]) -> float:
+    """Mean absolute deviation of each broker from its own pool's mean."""
+    if not pools:
+        return _mad(usage)
+    parts = split_pools(usage, pools).values()
+    total = sum(_mad(u) * len(u) for u in parts)
+    return total / len(usage) if usage else 0.0
 
 
 def balanced_after(ratios: Sequence[float], start: int, hold: int = HOLD_CYCLES) -> int | None:
@@ -230,7 +273,8 @@ def score_run(
 ) -> Score:
     """Turn one run's recordings into a scoreboard row (``tick_seconds``: one report interval,
     the scenario's cycle, for bytes moved)."""
-    ratios = [max_over_mean(u) for u in run.usage]
+    pools = run.pools
+    ratios = [pooled_max_over_mean(u, pools) for u in run.usage]
     start = max(run.event_cycles, default=0)
     first_event = min(run.event_cycles, default=None)
     useful = churn = None
@@ -258,16 +302,64 @@ def score_run(
         useful=useful,
         churn=churn,
         peak_after_event_pct=None if peak is None else round(peak, 1),
-        end_mad_pct=round(statistics.fmean(_mad(u) for u in tail) * 100, 2) if tail else 0.0,
+        end_mad_pct=(
+            round(statistics.fmean(pooled_mad(u, pools) for u in tail) * 100, 2) if tail else 0.0
+        ),
         end_max_over_mean=round(ratios[-1], 3) if ratios else 0.0,
         policy_ms_mean=round(statistics.fmean(ms), 3),
         policy_ms_p90=round(ms[int(0.9 * (len(ms) - 1))], 3),
         bytes_moved_gb=moved_gb,
         connections_disturbed=disturbed,
         max_moves_one_bundle_60=max_moves_in_window(run.moves, run.displaced),
+        policy_violations=sum(run.violations) if run.violations else None,
+        first_violation=_first_violation(run),
+        pools_balanced_after=_pool_balance(run, pools, start),
+        pools_end_max_over_mean={
+            name: round(max_over_mean(u), 3)
+            for name, u in sorted(split_pools(run.usage[-1], pools).items())
+        }
+        if pools and run.usage
+        else {},
         series_max_pct=[round(max(u.values()) * 100, 2) if u else 0.0 for u in run.usage],
         series_mean_pct=[round(sum(u.values()) / len(u) * 100, 2) if u else 0.0 for u in run.usage],
     )
+
+
+def _first_violation(run: SimRun) -> str:
+    if not run.violation_examples:
+        return ""
+    cycle, v = run.violation_examples[0]
+    return f"cycle {cycle}: {v.rule} {v.subject}: {v.detail}"
+
+
+def _pool_balance(run: SimRun, pools: Mapping[str, str], start: int) -> dict[str, int | None]:
+    """Per pool: cycles after the last event until the pool is within the band (a pool with
+    one live broker is balanced by definition)."""
+    if not pools:
+        return {}
+    names = sorted(set(pools.values()))
+    series: dict[str, list[float]] = {n: [] for n in names}
+    for u in run.usage:
+        parts = split_pools(u, pools)
+        for n in names:
+            series[n].append(max_over_mean(parts[n]) if parts.get(n) else 1.0)
+    return {n: balanced_after(series[n], start) for n in names}
+
+
+def failures(scores: Sequence[Score]) -> list[tuple[str, str, str]]:
+    """(scenario, pair, why) for every run that failed: one that broke a placement policy at
+    some cycle. A failed run scores nothing else: balance bought by breaking an operator's
+    rule is not balance."""
+    return [
+        (s.scenario, s.pair, f"{s.policy_violations} policy violations ({s.first_violation})")
+        for s in scores
+        if s.policy_violations
+    ]
+
+
+def failure_text(scores: Sequence[Score]) -> str:
+    rows = failures(scores)
+    return "\n".join(f"FAILED {n} / {p}: {why}" for n, p, why in rows)
 
 
 def run_one(scenario_name: str, pair_key: str, seed: int, cycles: int | None) -> Score:
@@ -303,6 +395,7 @@ COLUMNS = (
     ("splits", "splits"),
     ("oscillations", "oscillations"),
     ("max_moves_one_bundle_60", "max moves of a bundle in 60 cycles"),
+    ("policy_violations", "policy violations"),
     ("bytes_moved_gb", "GB moved"),
     ("connections_disturbed", "connections disturbed"),
     ("useful", "useful"),
@@ -310,6 +403,8 @@ COLUMNS = (
     ("peak_after_event_pct", "peak after event %"),
     ("end_mad_pct", "end MAD pts"),
     ("end_max_over_mean", "end max/mean"),
+    ("pools_balanced_after", "cycles to balance per pool"),
+    ("pools_end_max_over_mean", "end max/mean per pool"),
     ("policy_ms_mean", "policy ms/cycle"),
 )
 
@@ -319,11 +414,21 @@ def cell(score: Score, key: str) -> str:
     value = getattr(score, key)
     if key == "balanced_after" and value is None:
         return "never"
+    if isinstance(value, dict):
+        if not value:
+            return "-"
+        return ", ".join(f"{k} {_pool_cell(v)}" for k, v in value.items())
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.2f}" if key != "peak_after_event_pct" else f"{value:.1f}"
     return str(value)
+
+
+def _pool_cell(value: float | int | None) -> str:
+    if value is None:
+        return "never"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def to_rows(scores: Sequence[Score]) -> list[list[str]]:
@@ -369,18 +474,22 @@ def verdicts(scores: Sequence[Score]) -> list[tuple[str, str, str]]:
     """Per scenario: (scenario, best Pulsar pair, ours vs it: better / no worse / worse).
 
     The best Pulsar pair ranks first on (cycles to balance, oscillations, end MAD, moves +
-    splits). Ours is *no worse* when it balances at least as fast, oscillates no more, ends
-    within 0.25 points of its MAD and peaks within 1 point after events; *better* when, on top,
-    it balances faster, oscillates less, ends 0.5 points flatter or peaks 2 points lower.
+    splits), leaving out failed runs (``failures``); ours is *worse* when its run failed. Ours is
+    *no worse* when it balances at least as fast, oscillates no more, ends within 0.25 points of
+    its MAD and peaks within 1 point after events; *better* when, on top, it balances faster,
+    oscillates less, ends 0.5 points flatter or peaks 2 points lower.
     """
     out: list[tuple[str, str, str]] = []
     for name in dict.fromkeys(s.scenario for s in scores):
         rows = [s for s in scores if s.scenario == name]
         ours = next((s for s in rows if s.pair == OUR_PAIR_KEY), None)
-        theirs = [s for s in rows if s.pair in PULSAR_PAIR_KEYS]
+        theirs = [s for s in rows if s.pair in PULSAR_PAIR_KEYS and not s.policy_violations]
         if ours is None or not theirs:
             continue
         best = min(theirs, key=_key)
+        if ours.policy_violations:
+            out.append((name, best.pair, "worse"))
+            continue
         k_o, k_b = _key(ours), _key(best)
         peak_o, peak_b = ours.peak_after_event_pct or 0.0, best.peak_after_event_pct or 0.0
         no_worse = (
@@ -464,7 +573,7 @@ def write_outputs(scores: Sequence[Score], out: Path, meta: Mapping[str, Any]) -
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "balance.json", "md": out / "balance.md", "png": out / "balance.png"}
     paths["json"].write_text(to_json(scores, meta), encoding="utf-8")
-    verdict = verdict_text(scores)
+    verdict = "\n".join(t for t in (verdict_text(scores), failure_text(scores)) if t)
     md = to_markdown(scores) + (f"\n```\n{verdict}\n```\n" if verdict else "")
     paths["md"].write_text(md, encoding="utf-8")
     try:

@@ -63,6 +63,7 @@ from loadbalance.bundles import is_system_service_bundle
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
 from loadbalance.ranking import order_by_value_then_name
+from loadbalance.strategies.policy_moves import PolicyMoves, restricts_moves
 from loadbalance.strategies.usage_projection import KBYTES, BundleLoad, UsageModel, Weights
 from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
@@ -191,11 +192,19 @@ class ProjectedUsageShedder:
         pending = _replay_pending(state, view, model, now_ms, delay_ms)
         came_from = {b: src for b, src in state.came_from.items() if b in view.bundle_data}
         loads = {b: model.load(b) for b in model.brokers}
+        if restricts_moves(view, config):
+            moves = PolicyMoves(view, config)
+            decisions = self._plan_pools(
+                view, config, model, loads, pending, came_from, moves, now_ms=now_ms, cycle=cycle
+            )
+            new_state = ProjectedShedderState(
+                MappingProxyType(pending), MappingProxyType(came_from)
+            )
+            skips = () if decisions else (Skip(self.name, SkipReason.BALANCED, detail="pools"),)
+            return new_state, PolicyResult(tuple(decisions), skips)
         mean = sum(loads.values()) / len(loads)
         hi, lo = max(loads.values()), min(loads.values())
-        if hi - lo < self.min_spread or (
-            hi <= mean * self.trigger_ratio and lo >= mean * self.underload_ratio
-        ):
+        if self._quiet(hi, lo, mean):
             detail = f"max {hi:.3f} min {lo:.3f} mean {mean:.3f}"
             new_state = ProjectedShedderState(
                 MappingProxyType(pending), MappingProxyType(came_from)
@@ -209,6 +218,43 @@ class ProjectedUsageShedder:
         new_state = ProjectedShedderState(MappingProxyType(pending), MappingProxyType(came_from))
         return new_state, PolicyResult(tuple(decisions))
 
+    def _quiet(self, hi: float, lo: float, mean: float) -> bool:
+        """No shedding: the spread is noise, or nobody is above the trigger or below the floor."""
+        return hi - lo < self.min_spread or (
+            hi <= mean * self.trigger_ratio and lo >= mean * self.underload_ratio
+        )
+
+    def _plan_pools(
+        self,
+        view: ClusterView,
+        config: LoadBalancerConfig,
+        model: UsageModel,
+        loads: dict[str, float],
+        pending: dict[str, PendingMove],
+        came_from: dict[str, str],
+        moves: PolicyMoves,
+        *,
+        now_ms: int,
+        cycle: str,
+    ) -> list[Decision]:
+        """The plan under placement policies: each isolation pool balanced against its own
+        mean (load cannot cross pools), every move one the bundle's policies allow given the
+        plan's earlier moves (``policy_moves``); one budget for the whole cycle."""
+        cap = config.max_unload_bundle_num_per_shedding
+        budget = cap if cap > 0 else max(10, 2 * len(loads))
+        out: list[Decision] = []
+        for pool in moves.pools(loads):
+            pool_loads = {b: loads[b] for b in pool}
+            mean = sum(pool_loads.values()) / len(pool_loads)
+            hi, lo = max(pool_loads.values()), min(pool_loads.values())
+            if len(pool) < 2 or len(out) >= budget or self._quiet(hi, lo, mean):
+                continue
+            out += self._plan(
+                view, config, model, pool_loads, mean, pending, came_from,
+                now_ms=now_ms, cycle=cycle, moves=moves, budget=budget - len(out),
+            )  # fmt: skip
+        return out
+
     def _plan(
         self,
         view: ClusterView,
@@ -221,11 +267,14 @@ class ProjectedUsageShedder:
         *,
         now_ms: int,
         cycle: str,
+        moves: PolicyMoves | None = None,
+        budget: int | None = None,
     ) -> list[Decision]:
         movable: dict[str, _Candidates] = {}
         counts = {b: len(v.report.bundles) for b, v in view.brokers.items()}
-        cap = config.max_unload_bundle_num_per_shedding
-        budget = cap if cap > 0 else max(10, 2 * len(loads))
+        if budget is None:
+            cap = config.max_unload_bundle_num_per_shedding
+            budget = cap if cap > 0 else max(10, 2 * len(loads))
         transfer = config.load_balancer_transfer_enabled
         high = mean * self.target_ratio(config)
         low = mean * self.floor_ratio
@@ -242,11 +291,13 @@ class ProjectedUsageShedder:
                 movable[s] = _movable(view, s, pending)
             pick = None
             if counts[s] > 1:
-                pick = self._pick_finishing(model, s, d, movable[s], loads, came_from, high, low)
+                pick = self._pick_finishing(
+                    model, s, d, movable[s], loads, came_from, high, low, moves
+                )
                 if pick is None:
-                    pick = self._pick(model, s, d, movable[s], loads, came_from)
+                    pick = self._pick(model, s, d, movable[s], loads, came_from, moves)
             elif counts[s] == 1 and self._lone_hot(loads[s], mean, config):
-                pick, d = self._pick_lone(model, s, movable[s], loads, came_from)
+                pick, d = self._pick_lone(model, s, movable[s], loads, came_from, moves)
             if pick is None:
                 stuck.add(s)
                 continue
@@ -284,6 +335,8 @@ class ProjectedUsageShedder:
                 )
             )
             came_from[pick.bundle] = s
+            if moves is not None:
+                moves.moved(pick.bundle, s, d)
             if transfer:
                 pending[pick.bundle] = PendingMove(s, d, now_ms, pick.load)
         return out
@@ -304,10 +357,12 @@ class ProjectedUsageShedder:
         came_from: Mapping[str, str],
         high: float,
         low: float,
+        moves: PolicyMoves | None = None,
     ) -> _Candidate | None:
         """The bundle with the fewest bytes whose move leaves both brokers of the pair inside
         ``[low, high]``, if one does: one move then settles the pair, and the smallest such
-        bundle disconnects the least traffic and leaves the destination the most room."""
+        bundle disconnects the least traffic and leaves the destination the most room. Under
+        placement policies only bundles that may go to ``d`` are considered."""
         if not cands:
             return None
         window: Iterable[_Candidate] = cands
@@ -327,6 +382,8 @@ class ProjectedUsageShedder:
             after_d = model.load_if_added(d, c.load)
             if not (low <= after_s <= high and low <= after_d <= high):
                 continue
+            if moves is not None and not moves.allows(c.bundle, s, d):
+                continue
             key = (c.stats.msg_throughput_in + c.stats.msg_throughput_out, c.work, c.bundle)
             if best_key is None or key < best_key:
                 best, best_key = c, key
@@ -344,9 +401,11 @@ class ProjectedUsageShedder:
         cands: _Candidates,
         loads: Mapping[str, float],
         came_from: Mapping[str, str],
+        moves: PolicyMoves | None = None,
     ) -> tuple[_Candidate | None, str]:
         """A lone bundle and the broker that would host it lowest, if that is at least
-        ``lone_margin`` below the source's load now (else ``(None, s)``)."""
+        ``lone_margin`` below the source's load now (else ``(None, s)``); under placement
+        policies, the lowest among the brokers the bundle may go to."""
         if len(cands) != 1:
             return None, s  # in the grace period, pending, or idle: it stays
         c = cands[0]
@@ -355,7 +414,7 @@ class ProjectedUsageShedder:
             if d == s or came_from.get(c.bundle) == d:
                 continue
             projected = model.load_if_added(d, c.load)
-            if projected < best_load:
+            if projected < best_load and (moves is None or moves.allows(c.bundle, s, d)):
                 best, best_load = d, projected
         return (c, best) if best != s else (None, s)
 
@@ -367,9 +426,11 @@ class ProjectedUsageShedder:
         cands: _Candidates,
         loads: Mapping[str, float],
         came_from: Mapping[str, str],
+        moves: PolicyMoves | None = None,
     ) -> _Candidate | None:
         """The bundle that leaves the pair's higher projected load lowest, if it helps at all,
-        never sending a bundle back to the broker we moved it away from (ping-pong)."""
+        never sending a bundle back to the broker we moved it away from (ping-pong), and under
+        placement policies only a bundle that may go to ``d``."""
         if not cands:
             return None
         window: Iterable[_Candidate] = cands
@@ -388,7 +449,7 @@ class ProjectedUsageShedder:
             if came_from.get(c.bundle) == d:
                 continue
             pair_max = max(model.load_if_removed(s, c.load), model.load_if_added(d, c.load))
-            if pair_max < best_max:
+            if pair_max < best_max and (moves is None or moves.allows(c.bundle, s, d)):
                 best, best_max = c, pair_max
         return best
 
