@@ -45,6 +45,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from loadbalance.bundles import BundleRange, NamespaceBundles, parse_bundle
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
@@ -52,6 +53,9 @@ from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.values import OutcomeKind
 from metadata_store.leases import BrokerNotAlive
 from metadata_store.protocol import DecisionStore
+
+if TYPE_CHECKING:
+    from loadbalance.config import LoadBalancerConfig
 
 APPLIED = OutcomeKind.APPLIED
 ALREADY_SATISFIED = OutcomeKind.ALREADY_SATISFIED
@@ -281,3 +285,15 @@ def _apply_merge(
         return Outcome(d.id, DRY_RUN, "would merge")
     store.merge_bundles(d.bundle, other.name, expected_version=nb.version)
     return Outcome(d.id, APPLIED)
+
+
+def apply_knobs(config: LoadBalancerConfig | None) -> dict[str, Any]:
+    """The ``apply_decision`` arguments the configuration sets
+    (``loadBalancerAutoUnloadSplitBundlesEnabled``, ``namespaceBundleUnloadingTimeoutMs``);
+    none without one (Pulsar's defaults, no timeout)."""
+    if config is None:
+        return {}
+    return {
+        "keep_split_children": not config.load_balancer_auto_unload_split_bundles_enabled,
+        "unload_timeout_ms": config.namespace_bundle_unloading_timeout_ms,
+    }

@@ -32,6 +32,7 @@ from controller.apply import (
     REJECTED,
     Outcome,
     apply_decision,
+    apply_knobs,
     outcome_of,
 )
 from controller.events import ASSIGNED, MERGED, RELEASED, TRANSFERRED, OwnershipEvent
@@ -131,18 +132,6 @@ def _effect_holds(store: RedisStore, outcome: Outcome) -> bool:
         first = outcome_of(store, outcome.decision_id)
         return first is not None and first.outcome in (APPLIED, ALREADY_SATISFIED)
     return False
-
-
-def apply_knobs(config: LoadBalancerConfig | None) -> dict[str, Any]:
-    """The ``apply_decision`` arguments the configuration sets
-    (``loadBalancerAutoUnloadSplitBundlesEnabled``, ``namespaceBundleUnloadingTimeoutMs``);
-    none without one (Pulsar's defaults, no timeout)."""
-    if config is None:
-        return {}
-    return {
-        "keep_split_children": not config.load_balancer_auto_unload_split_bundles_enabled,
-        "unload_timeout_ms": config.namespace_bundle_unloading_timeout_ms,
-    }
 
 
 def apply_with_events(

@@ -43,8 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.apply import APPLIED, Outcome, apply_decision
-from controller.reconciler import apply_knobs
+from controller.apply import APPLIED, Outcome, apply_decision, apply_knobs
 from loadbalance.bundles import NamespaceBundles, is_system_service_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import CycleState, cycle_rng, ingest_kwargs, step, weights_from_config
