@@ -266,6 +266,8 @@ class Placement:
     lease: Lease | None
     event: OwnershipEvent | None = None
     preallocated: BundleData | None = None
+    refusal: str = ""
+    """Why no broker fits when ``lease`` is None (``BrokerSelector.last_reason``)."""
 
 
 def place(
@@ -293,7 +295,8 @@ def place(
     dest = selector.select(bundle)
     if dest is None:
         metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Empty").inc()
-        return Placement(None)
+        metrics.record_lookup_refused(selector.last_reason)
+        return Placement(None, refusal=selector.last_reason)
     ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
     data = selector.preallocated.get(dest, {}).get(bundle, view.bundle(bundle))
     try:

@@ -181,6 +181,13 @@ CONTROL_RECOVERIES = Counter(
 )
 #: ``result`` is owned (an owner answered), assigned (placed on lookup), none, or failure.
 LOOKUPS = Counter("lbctl_lookups_total", "Bundle owner lookups", ["result"])
+#: ``reason`` is one of ``REFUSAL_REASONS``: the kind of refusal, not its text (which names a
+#: namespace or a broker, and would give a series per namespace).
+LOOKUPS_REFUSED = Counter(
+    "lbctl_lookups_refused_total",
+    "Placements that found no eligible broker (the placement rules or no live broker left none)",
+    ["reason"],
+)
 LOOKUP_DURATION = Histogram(
     "lbctl_lookup_duration_seconds",
     "Latency of one bundle owner lookup",
@@ -321,6 +328,33 @@ def record_unloads(unloads: Iterable[tuple[str, str]]) -> None:
 def record_unload_skip(reason: str, result: str = "Skip") -> None:
     """Count a shedding cycle that unloaded nothing (``Skip``) or failed (``Failure``)."""
     UNLOAD_BROKER_BREAKDOWN_TOTAL.labels(result=result, reason=reason or "Unknown").inc()
+
+
+REFUSAL_REASONS = ("isolation", "heartbeat", "no_live_broker", "strategy", "other")
+"""The ``reason`` label values of ``lbctl_lookups_refused_total``."""
+
+
+def refusal_kind(reason: str) -> str:
+    """The bounded label for a placement's refusal text (``BrokerSelector.last_reason``):
+    an isolation policy left no broker, a heartbeat bundle's broker is not live, no broker is
+    live at all, or the strategy chose none."""
+    text = reason.lower()
+    if "isolation policy" in text or "isolated by policy" in text:
+        return "isolation"
+    if "heartbeat" in text or "pinned to its own broker" in text:
+        return "heartbeat"
+    if "no live broker" in text or not text:
+        return "no_live_broker"
+    if "strategy" in text:
+        return "strategy"
+    return "other"
+
+
+def record_lookup_refused(reason: str) -> str:
+    """Count one placement that found no eligible broker; returns the label it counted."""
+    kind = refusal_kind(reason)
+    LOOKUPS_REFUSED.labels(reason=kind).inc()
+    return kind
 
 
 def record_splits(reasons: Iterable[str], result: str = "Success") -> None:
