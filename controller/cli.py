@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from typing import Any
 
@@ -32,13 +33,14 @@ from rich.table import Table
 from controller import admin_verbs as av
 from controller import policy_verbs
 from controller.loop import run_loop
-from controller.placement import lookup_assign_event
+from controller.placement import base_view, lookup_assign_event
 from controller.recovery import AutoRecovery
 from infra import metrics
 from infra.config_loading import add_config_arguments, load_from_args
 from infra.topics import ensure_topics
 from loadbalance.config import ConfigError, LoadBalancerConfig, redact_url
 from loadbalance.errors import Conflict, InvalidInput, Transient
+from loadbalance.placement.pipeline import BrokerSelector
 from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
@@ -312,7 +314,23 @@ def _lookup(
     else:
         bundle, lease, event = lookup_assign_event(store, args.topic, config, _now_ms())
     _publish(args, config, [event] if event else [])
-    return [{"topic": args.topic, **_lease_row(bundle, lease), "assigned": event is not None}]
+    row = {"topic": args.topic, **_lease_row(bundle, lease), "assigned": event is not None}
+    if lease is None and not args.no_assign:
+        row["reason"] = _refusal(store, bundle, config, _now_ms())
+    return [row]
+
+
+def _refusal(store: RedisStore, bundle: str, config: LoadBalancerConfig, now_ms: int) -> str:
+    """Why a lookup left ``bundle`` without an owner, as the placement rules say it now (an
+    operator asking about a refused lookup wants the rule, such as the isolation policy that
+    leaves no live broker, not just an empty owner)."""
+    view = base_view(store, config, now_ms)
+    if view is None:
+        return "no live broker with load data"
+    selector = BrokerSelector(view, config, random.Random(0))
+    if selector.select(bundle) is not None:
+        return "no broker was eligible at the lookup; one is now (retry the lookup)"
+    return selector.last_reason
 
 
 def _owners(
