@@ -43,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.apply import APPLIED, REJECTED
 from controller.events import EXPIRED, EventPublisher, OwnershipEvent
+from controller.heartbeat import ControllerHeartbeat
 from controller.reconciler import Reconciler
 from controller.recovery import AutoRecovery
 from infra import metrics
@@ -85,6 +86,7 @@ class Runner:
     metrics. ``reconciler`` is set after construction, since its ``publish`` is ``deliver``."""
 
     reconciler: Reconciler
+    heartbeat: ControllerHeartbeat | None = None  # the registry entry (monitor, health)
 
     def __init__(
         self,
@@ -136,6 +138,8 @@ class Runner:
                 break
             if msg is not None and not self._held_for_recovery(msg):
                 self._process(msg)
+        if self.heartbeat is not None:
+            self.heartbeat.stopped()
         return self.stats
 
     def _periodic(self) -> None:
@@ -177,6 +181,8 @@ class Runner:
             return
         expired = sum(1 for e in events if e.event == EXPIRED)
         self.stats.sweeps += 1
+        if self.heartbeat is not None:
+            self.heartbeat.swept()
         self.stats.expired += expired
         metrics.CONTROL_SWEEPS.inc()
         metrics.CONTROL_LEASES_EXPIRED.inc(expired)
@@ -184,6 +190,11 @@ class Runner:
     def _poll(self) -> Any:
         """The next record, or None (nothing yet, or a consumer error); raises ``_Idle``."""
         msg = self.consumer.poll(POLL_TIMEOUT_S)
+        if self.heartbeat is not None:
+            failed = (
+                msg is not None and msg.error() and msg.error().code() != KafkaError._PARTITION_EOF
+            )
+            self.heartbeat.polled(str(msg.error()) if failed else None)
         if msg is None:
             if (
                 self.idle_timeout_s is not None
@@ -229,6 +240,8 @@ class Runner:
             return
         self.redis_failures = 0
         self._count(outcome)
+        if self.heartbeat is not None:
+            self.heartbeat.consumed()
         self.consumer.commit(message=msg, asynchronous=False)
         metrics.CONTROL_CYCLE_DURATION.observe(time.perf_counter() - started)
 
@@ -332,6 +345,7 @@ def run_loop(
         consumer, publisher, max_messages=max_messages, idle_timeout_s=idle_timeout_s,
         max_decision_bytes=max_decision_bytes, sweep_interval_s=sweep_interval_s, clock=clock,
     )  # fmt: skip
+    runner.heartbeat = ControllerHeartbeat(store.processes, group=group_id)
     runner.reconciler = Reconciler(
         store, publish=runner.deliver, clock=clock, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run,
         config=config, recovery=recovery,

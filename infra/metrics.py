@@ -372,7 +372,14 @@ def record_splits(reasons: Iterable[str], result: str = "Success") -> None:
 # --------------------------------------------------------------------------------------------
 
 _servers: list = []
+_urls: list[str] = []
 _servers_lock = threading.Lock()
+
+
+def served_urls() -> list[str]:
+    """The ``/metrics`` URLs this process serves (the process registry publishes them)."""
+    with _servers_lock:
+        return list(_urls)
 
 
 def serve(port: int | None, addr: str = "127.0.0.1") -> int | None:
@@ -386,9 +393,10 @@ def serve(port: int | None, addr: str = "127.0.0.1") -> int | None:
         return None
     httpd, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
     bound = int(httpd.server_port)
+    shown = f"[{addr}]" if ":" in addr else addr
     with _servers_lock:
         _servers.append(httpd)
-    shown = f"[{addr}]" if ":" in addr else addr
+        _urls.append(f"http://{'127.0.0.1' if addr in ('0.0.0.0', '') else shown}:{bound}/metrics")
     log.info("metrics on http://%s:%d/metrics", shown, bound)
     return bound
 
@@ -396,7 +404,7 @@ def serve(port: int | None, addr: str = "127.0.0.1") -> int | None:
 def stop_all() -> None:
     """Shut down every exporter this process started (tests; processes just exit)."""
     with _servers_lock:
-        servers, _servers[:] = list(_servers), []
+        servers, _servers[:], _urls[:] = list(_servers), [], []
     for httpd in servers:
         httpd.shutdown()
         httpd.server_close()

@@ -41,9 +41,13 @@ key                      type    fields / format                          reposi
                                  record (``LBS1``, binary columns)
 ``P:stream:progress``    hash    ``batch``, ``now_ms``, ``cycle_state``   ``RedisProgress``
                                  (versioned JSON ``CycleState``),
-                                 ``cycle_pending`` (0/1)
+                                 ``cycle_pending`` (0/1), ``wall_ms``
+                                 (the job's wall clock at the commit)
 ``P:stream:pending``     hash    ``batch``, ``namespaces`` (JSON          ``RedisProgress``
                                  ``{ns: [boundary, ...]}``)
+``P:processes``          hash    ``<role>/<host:pid>`` -> JSON            ``ProcessRegistry``
+                                 ``{role, id, startedAtMs, beatAtMs,
+                                 lastPollMs, lastSweepMs, ...}``
 ``P:policies``           hash    ``version`` (raised by every write),     ``PlacementPoliciesStore``
                                  ``cluster`` (name the first cluster-
                                  scoped write gave), ``doc`` (JSON in
@@ -157,6 +161,10 @@ class Keys:
 
     def stream_pending(self) -> str:
         return self._k("stream:pending")
+
+    # -- process registry -------------------------------------------------------------------
+    def processes(self) -> str:
+        return self._k("processes")
 
     # -- placement policies ------------------------------------------------------------------
     def policies(self) -> str:

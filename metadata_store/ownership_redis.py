@@ -63,6 +63,7 @@ from metadata_store.outbox import EventOutbox
 from metadata_store.outcomes import OutcomeLog
 from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.placement_state import PlacementChanged, Preallocations
+from metadata_store.processes import ProcessRegistry
 from metadata_store.recovery_state import RecoveryState
 
 # Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
@@ -826,6 +827,10 @@ class RedisStore:
     @functools.cached_property
     def placement_policies(self) -> PlacementPoliciesStore:
         return PlacementPoliciesStore(self.r, self.p)
+
+    @functools.cached_property
+    def processes(self) -> ProcessRegistry:
+        return ProcessRegistry(self.r, self.p)
 
 
 def _live_lease(bundle: str, raw: Sequence[Any], now_ms: int) -> Lease | None:

@@ -15,6 +15,7 @@ another version is refused when read, so a job never continues from a state it m
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -152,6 +153,13 @@ class RedisProgress:
             int(now_ms) if now_ms is not None else None,
         )
 
+    def committed_wall_ms(self) -> int | None:
+        """The job's own wall-clock time (ms) when it last committed; None before the first
+        commit or from a job that did not record it. Readers judge a stopped job by this: the
+        event-time clock follows the reports (a simulator runs it ahead of the wall clock)."""
+        raw = self._r.hget(self._keys.stream_progress(), "wall_ms")
+        return None if raw is None else int(raw)
+
     def cycle_pending(self) -> bool:
         """Whether the last committed batch made a policy cycle due that has not published its
         decisions yet (False before the first commit)."""
@@ -257,6 +265,8 @@ class RedisProgress:
                 "now_ms": progress.now_ms,
                 "cycle_state": state,
                 "cycle_pending": int(progress.cycle_pending),
+                # when, by this process's clock: what "the job's last batch N s ago" is read from
+                "wall_ms": int(time.time() * 1000),
             },
         )
         if not progress.cycle_pending:
