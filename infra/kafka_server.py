@@ -310,8 +310,13 @@ class KafkaNode:
         self._proc = None
 
     def kill(self) -> None:
-        """SIGKILL at once: a crash, no controlled shutdown."""
-        self.stop(timeout_s=0)
+        """SIGKILL at once: a crash, no controlled shutdown (no SIGTERM first, which would
+        start Kafka's shutdown hook), then reap the process."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=30)
+        self.stop()
 
     def pause(self) -> None:
         if self._proc is not None:
