@@ -296,11 +296,16 @@ class LiveSim:
     # --- setup and events ----------------------------------------------------------------------
 
     def setup(self) -> int:
-        """Create the namespaces (equal split) if absent, register the initial brokers and acquire
-        the scenario's initial ownership for bundles nobody owns; returns the leases acquired."""
+        """Create the namespaces (equal split) if absent, store the scenario's placement policies
+        (when it has any), register the initial brokers and acquire the scenario's initial
+        ownership for bundles nobody owns; returns the leases acquired."""
         now_ms = self.clock()
         for ns, nb in sorted(self.scenario.namespaces.items()):
             self.store.create_namespace(ns, len(nb), exist_ok=True)
+        if not self.scenario.policies.empty:
+            # the scenario's placement policies, where the controller and the job read them
+            policies = self.scenario.policies
+            self.store.placement_policies.update(lambda _current: policies)
         for broker in sorted(self.live):
             self._register(broker, now_ms)
         namespaces = self.namespaces()

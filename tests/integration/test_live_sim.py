@@ -365,3 +365,22 @@ def test_lbctl_simulate_live_stops_cleanly_on_sigterm(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_setup_stores_the_scenarios_placement_policies_where_placement_reads_them(
+    redis_url: str, fresh_redis: redis.Redis, kafka_bootstrap: str, unique_topic
+) -> None:
+    """A scenario with policies played live: the controller's lookups and the job's cycles
+    read the policies from Redis, so the simulator must put them there."""
+    doc = scenario_doc()
+    doc["policies"] = {
+        "namespaceIsolationPolicies": {
+            "pool": {"namespaces": ["public/live"], "primary": ["broker-0"]}
+        }
+    }
+    scenario = parse_scenario(doc, random.Random(0))
+    sim = make_sim(scenario, redis_url, kafka_bootstrap, unique_topic(), "lp", 0, FakeClock())
+    sim.setup()
+    stored = RedisStore.from_url(redis_url, prefix="lp").placement_policies.read()
+    assert stored == scenario.policies
+    assert stored.isolation_policy_of(NS) is not None
