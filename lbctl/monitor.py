@@ -36,6 +36,14 @@ from typing import Any
 
 import redis
 
+from lbctl.monitor_services import (
+    ServiceState,
+    controller_states,
+    kafka_state,
+    redis_state,
+    stream_state,
+    trouble_lines,
+)
 from lbctl.policy_check import policy_problems
 from loadbalance.values import DecisionKind, OutcomeKind
 from metadata_store.ownership_redis import RedisStore
@@ -176,6 +184,16 @@ class Snapshot:
     lag: Lag | None = None
     overloaded_pct: float = 85.0
     balanced_max_over_mean: float = 1.10
+    services: tuple[ServiceState, ...] = ()  # Kafka, Redis, the job, each controller
+    batch_wall_ms: int | None = None  # the job's own clock at its last commit
+
+    @property
+    def trouble(self) -> list[str]:
+        """One line per service in trouble (down, stale), empty when all is well."""
+        return trouble_lines(self.services)
+
+    def service(self, name: str) -> ServiceState | None:
+        return next((s for s in self.services if s.name == name), None)
 
     @property
     def complete(self) -> bool:
@@ -222,10 +240,13 @@ class Snapshot:
                 "staleBrokers": h.stale_brokers,
             },
             "policyProblems": list(h.policy_problems),
+            "services": [s.as_dict() for s in self.services],
+            "trouble": self.trouble,
             "stream": {
                 "batch": self.batch,
                 "eventTimeMs": self.batch_event_ms,
-                "batchSeenAgoS": None if self.batch_age_s is None else round(self.batch_age_s, 1),
+                "committedAtMs": self.batch_wall_ms,
+                "batchAgeS": None if self.batch_age_s is None else round(self.batch_age_s, 1),
                 "topic": lag.topic if lag else None,
                 "endOffsets": {str(p): o for p, o in lag.end_offsets.items()} if lag else None,
                 "processedOffsets": (
@@ -345,6 +366,9 @@ class Monitor:
     overloaded_pct: float = 85.0
     balanced_max_over_mean: float = 1.10
     recent: int = 10
+    stream_stale_after_s: float = 30.0  # no commit by the job's clock for this long: stale
+    control_stale_after_s: float = 10.0  # a controller beats every second
+    kafka_configured: bool = False
     _last_id: str = "-"
     _applied: dict[str, int] = field(default_factory=dict)
     _outcomes: dict[str, int] = field(default_factory=dict)
@@ -420,6 +444,36 @@ class Monitor:
         return list(registrations), live, expired
 
     def read(self) -> Snapshot:
+        """One refresh. A Redis that does not answer gives a snapshot that says so (with
+        Kafka's state), not an exception: the screen must show the outage."""
+        try:
+            return self._read()
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            lag = self.lag_probe() if self.lag_probe is not None else None
+            services = (kafka_state(lag, self.kafka_configured), redis_state(str(e) or "no answer"))
+            return Snapshot(
+                rows=(), applied=dict(self._applied), outcomes=dict(self._outcomes), spread=None,
+                owning_brokers=frozenset(), batch=self._batch, batch_event_ms=None,
+                batch_age_s=None, read_at_ms=self.clock_ms(),
+                decisions=tuple(reversed(list(self._recent)[-self.recent :])), lag=lag,
+                overloaded_pct=self.overloaded_pct,
+                balanced_max_over_mean=self.balanced_max_over_mean, services=services,
+            )  # fmt: skip
+
+    def _services(self, batch: int | None, wall_ms: int | None, lag: Lag | None) -> tuple:
+        """Kafka, Redis (it answered: this is called after the reads), the job, controllers."""
+        now_ms = self.clock_ms()
+        unread = lag.records if lag is not None and not lag.error else None
+        return (
+            kafka_state(lag, self.kafka_configured),
+            redis_state(None),
+            stream_state(batch, wall_ms, now_ms, self.stream_stale_after_s, unread),
+            *controller_states(
+                self.store.processes.entries("control"), now_ms, self.control_stale_after_s
+            ),
+        )
+
+    def _read(self) -> Snapshot:
         """One consistent-enough read (several keys, no transaction: it is a display)."""
         now_ms = self.clock_ms()
         new = self._read_outcomes()
@@ -435,10 +489,15 @@ class Monitor:
                 continue
             if isinstance(doc, dict):
                 rows.append(broker_row(name, doc, owned.get(name, 0)))
-        batch, event_ms = RedisProgress(self.client, self.prefix).batch_and_clock()
+        progress = RedisProgress(self.client, self.prefix)
+        batch, event_ms = progress.batch_and_clock()
+        wall_ms = progress.committed_wall_ms()
         if batch is not None and batch != self._batch:
             self._batch, self._batch_seen_at = batch, time.monotonic()
-        age = None if self._batch_seen_at is None else time.monotonic() - self._batch_seen_at
+        if wall_ms is not None:  # the job's own clock: a stopped job ages from its last commit
+            age = max(0.0, (now_ms - wall_ms) / 1000)
+        else:
+            age = None if self._batch_seen_at is None else time.monotonic() - self._batch_seen_at
         stale = {}
         if event_ms is not None:
             for r in rows:
@@ -461,6 +520,7 @@ class Monitor:
                 policy_problems(self.store, live, {r.broker: r.max_pct for r in rows})
             ),
         )
+        lag = self.lag_probe() if self.lag_probe is not None else None
         return Snapshot(
             rows=tuple(rows),
             applied=dict(self._applied),
@@ -474,7 +534,9 @@ class Monitor:
             decisions=tuple(reversed(list(self._recent)[-self.recent :])),
             new_decisions=tuple(new),
             health=health,
-            lag=self.lag_probe() if self.lag_probe is not None else None,
+            lag=lag,
             overloaded_pct=self.overloaded_pct,
             balanced_max_over_mean=self.balanced_max_over_mean,
+            services=self._services(batch, wall_ms, lag),
+            batch_wall_ms=wall_ms,
         )

@@ -45,6 +45,8 @@ from loadbalance.config import ConfigError, redact_url
 from loadbalance.values import OutcomeKind
 
 WIDE_COLUMNS = 120  # from this terminal width on, every pulsar-perf column is shown
+FROZEN_BY = ("kafka", "redis", "stream")  # down or stale: the usage read is not current
+PIPED_WIDTH = 400  # piped output: wide enough for every column and the longest status line
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -91,6 +93,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a broker whose last report is S seconds behind the job's clock is stale "
         "(default: half of loadBalancerBrokerReportTimeoutSeconds)",
     )
+    p.add_argument(
+        "--stream-stale-after",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="the streaming job is stale when its last commit, by its own clock, is older than "
+        "S seconds while reports wait to be read (default 30)",
+    )
+    p.add_argument(
+        "--control-stale-after",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a controller is stale when its registry entry (rewritten every second) is older "
+        "than S seconds (default 10)",
+    )
     add_config_arguments(p)
     p.set_defaults(func=monitor_main)
 
@@ -108,6 +126,7 @@ def build_monitor(
     """A ``Monitor`` set up from the configuration (thresholds, key prefix, clients)."""
 
     monitor = Monitor.from_url(redis_url, config.redis_key_prefix, **config.redis_client_kwargs())
+    monitor.kafka_configured = bool(bootstrap)
     if bootstrap:
         monitor.lag_probe = LagProbe(
             bootstrap,
@@ -144,6 +163,8 @@ def monitor_main(args: argparse.Namespace) -> int:
         stale_after_s=args.stale_after,
         decisions=args.decisions,
     )
+    monitor.stream_stale_after_s = args.stream_stale_after
+    monitor.control_stale_after_s = args.control_stale_after
     try:
         return _loop(args, monitor)
     except redis.ConnectionError as e:
@@ -166,22 +187,13 @@ def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
     try:
         while True:
             elapsed = time.monotonic() - t0
-            try:
-                snap = monitor.read()
-            except (redis.ConnectionError, redis.TimeoutError) as e:
-                if args.once or snap is None:
-                    raise
-                print(f"lbctl monitor: Redis read failed ({e}); retrying", file=sys.stderr)
-                if args.duration is not None and elapsed >= args.duration:
-                    break
-                time.sleep(args.refresh_seconds)
-                continue
+            snap = monitor.read()  # a Redis away is a snapshot that says so
             if history is not None:
                 record(history, snap, elapsed, start_ms)
             if args.json:
                 print(json.dumps(snap.as_dict(), sort_keys=True), flush=True)
             elif args.once:
-                console = Console()
+                console = output_console()
                 console.print(render(snap, "lbctl monitor", width=console.width))
             else:
                 live.update(
@@ -202,13 +214,28 @@ def _loop(args: argparse.Namespace, monitor: Monitor) -> int:
         )  # fmt: skip
         if written:
             print(f"usage picture: {written}", file=sys.stderr)
-    return 0
+    redis_down = snap is not None and (svc := snap.service("redis")) is not None and svc.trouble
+    return 1 if args.once and redis_down else 0
+
+
+def output_console() -> Console:
+    """A console for one printed view: a terminal's width, or, piped, wide enough that no
+    column is cut (rich would assume 80 columns)."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=PIPED_WIDTH, soft_wrap=True)
+    return console
 
 
 def record(history: Any, snap: Snapshot, t_s: float, start_ms: int) -> None:
     """One sample of every broker's max usage, and a marker per decision applied since start.
-    Refreshes before the first report (Spark still starting) are not samples."""
-    if snap.rows:
+    Refreshes before the first report (Spark still starting) are not samples. While a service
+    is down or stale the sample is a gap, and the trouble is marked, so the picture shows the
+    outage instead of the last values drawn flat."""
+    history.trouble(t_s, [line.split(":", 1)[0] for line in snap.trouble])
+    if any(s.trouble for s in snap.services if s.name in FROZEN_BY):
+        history.sample(t_s, {})
+    elif snap.rows:
         history.sample(t_s, {r.broker: r.max_pct for r in snap.rows})
     for d in snap.new_decisions:
         if d.outcome == OutcomeKind.APPLIED and d.at_ms >= start_ms:
@@ -250,7 +277,7 @@ def stream_text(s: Snapshot) -> str:
     if s.batch is None:
         text = "stream: no batch yet"
     else:
-        age = f", seen {s.batch_age_s:.0f}s ago" if s.batch_age_s is not None else ""
+        age = f", committed {s.batch_age_s:.0f}s ago" if s.batch_age_s is not None else ""
         text = f"stream: batch {s.batch} (event time {_clock(s.batch_event_ms)}{age})"
     lag = s.lag
     if lag is None:
@@ -296,9 +323,27 @@ def health_text(s: Snapshot) -> list[str]:
     return lines
 
 
+def services_text(s: Snapshot) -> str:
+    """One line: each service's state (``kafka up, redis up, stream up (batch 41, 2s ago),
+    control host:1 up``); the detail of each one in trouble follows in ``trouble_text``."""
+    if not s.services:
+        return ""
+    parts = []
+    for svc in s.services:
+        age = f" ({svc.age_s:.0f}s ago)" if svc.age_s is not None and svc.name != "kafka" else ""
+        parts.append(f"{svc.name} {svc.state.upper() if svc.trouble else svc.state}{age}")
+    return "services: " + ", ".join(parts)
+
+
+def trouble_text(s: Snapshot) -> list[str]:
+    """One ``TROUBLE:`` line per service down or stale."""
+    return [f"TROUBLE: {line}" for line in s.trouble]
+
+
 def footer_text(s: Snapshot) -> str:
     """Every status line, joined with `` | `` (for the plain log line)."""
-    return "  |  ".join([usage_text(s), stream_text(s), *health_text(s)])
+    lines = [services_text(s), *trouble_text(s), usage_text(s), stream_text(s), *health_text(s)]
+    return "  |  ".join(line for line in lines if line)
 
 
 def _style(s: Snapshot, max_pct: float, broker: str) -> str | None:
@@ -361,6 +406,10 @@ def render(s: Snapshot, title: str, *, width: int = 80) -> Any:
     """The whole view: broker table, status lines, latest decisions."""
 
     parts: list[Any] = [broker_table(s, title, wide=width >= WIDE_COLUMNS)]
+    if s.services:
+        style = "bold red" if s.trouble else "green"
+        parts.append(Text(services_text(s), style=style))
+    parts += [Text(line, style="bold red") for line in trouble_text(s)]
     parts += [Text(line) for line in (usage_text(s), stream_text(s), *health_text(s))]
     if s.decisions:
         parts.append(decisions_table(s))

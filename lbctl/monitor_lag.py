@@ -58,6 +58,7 @@ class LagProbe:
     client_config: Mapping[str, Any] | None = None
     checkpoint: Path | None = None
     interval_s: float = 10.0
+    timeout_s: float = 3.0  # a Kafka that has not answered in this long counts as down
     _last: Lag | None = None
     _at: float = 0.0
 
@@ -68,13 +69,15 @@ class LagProbe:
         now_ms = int(time.time() * 1000)
         try:
             end = latest_offsets(
-                self.bootstrap_servers, self.topic, self.client_config, timeout_s=5.0
+                self.bootstrap_servers, self.topic, self.client_config, timeout_s=self.timeout_s
             )
             processed = None
             if self.checkpoint is not None:
                 processed = checkpoint_offsets(self.checkpoint, self.topic)
             lag = Lag(self.topic, end, processed, now_ms)
         except Exception as e:  # Kafka away: the table still shows what Redis knows
-            lag = Lag(self.topic, {}, None, now_ms, error=f"{type(e).__name__}: {e}")
+            # not cached: the next refresh asks again, so a Kafka back shows at once
+            self._last = None
+            return Lag(self.topic, {}, None, now_ms, error=f"{type(e).__name__}: {e}")
         self._last, self._at = lag, time.monotonic()
         return lag

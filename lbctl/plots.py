@@ -4,7 +4,9 @@ One line per broker (its largest resource usage, Pulsar's ``getMaxResourceUsage`
 the mean as a dashed line, the overload threshold
 (``loadBalancerBrokerOverloadedThresholdPercentage``) as a red line, and a strip under the plot
 with one marker per applied decision (split, unload, transfer, merge) at the time it was applied,
-so a drop in a broker's line can be matched with the move that caused it.
+so a drop in a broker's line can be matched with the move that caused it. A grey band, named
+at its top, covers each period a service (Kafka, Redis, the streaming job, a controller) was
+down or stale; the usage lines have a gap there rather than the last values drawn flat.
 
 matplotlib is imported inside ``write_usage_png`` only: the table works without it, and without
 it the PNG is skipped with one line saying how to install it.
@@ -36,6 +38,26 @@ class UsageHistory:
     times: list[float] = field(default_factory=list)
     usage_pct: dict[str, list[float | None]] = field(default_factory=dict)
     decisions: list[tuple[float, str]] = field(default_factory=list)
+    # (time, services in trouble at that refresh), one per refresh: outages over time
+    troubles: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+
+    def trouble(self, t: float, services: list[str]) -> None:
+        """Note which services were down or stale at ``t`` (an empty list: none)."""
+        self.troubles.append((t, tuple(services)))
+
+    def outages(self) -> list[tuple[str, float, float]]:
+        """(service and state, start, end) of each period a service was in trouble: from
+        the first refresh that saw it to the first that did not (or the last refresh)."""
+        out: list[tuple[str, float, float]] = []
+        open_at: dict[str, float] = {}
+        for t, names in self.troubles:
+            for name in names:
+                open_at.setdefault(name, t)
+            for name in [n for n in open_at if n not in names]:
+                out.append((name, open_at.pop(name), t))
+        end = self.troubles[-1][0] if self.troubles else 0.0
+        out += [(name, start, end) for name, start in open_at.items()]
+        return sorted(out, key=lambda o: (o[1], o[0]))
 
     def sample(self, t: float, usage_pct: dict[str, float]) -> None:
         n = len(self.times)
@@ -79,6 +101,7 @@ def write_usage_png(
         2, 1, figsize=(10, 5.6), sharex=True, gridspec_kw={"height_ratios": [5, 1]}
     )
     _draw_usage(ax, history, title, overloaded_pct)
+    _draw_outages(ax, history)
     _draw_decisions(ax, strip, history)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +132,17 @@ def _draw_usage(ax: Any, history: UsageHistory, title: str, overloaded_pct: floa
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _draw_outages(ax: Any, history: UsageHistory) -> None:
+    """A grey band over each period a service was down or stale, named at its top: the
+    usage lines have a gap there, since nothing current was read."""
+    for row, (name, start, end) in enumerate(history.outages()):
+        ax.axvspan(start, max(end, start + 0.5), color="grey", alpha=0.25, linewidth=0)
+        ax.text(
+            start, 0.98 - 0.06 * (row % 5), f" {name}", transform=ax.get_xaxis_transform(),
+            color="dimgrey", fontsize=8, va="top",
+        )  # fmt: skip
 
 
 def _draw_decisions(ax: Any, strip: Any, history: UsageHistory) -> None:

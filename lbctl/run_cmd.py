@@ -528,6 +528,11 @@ class _Watch:
             "balancedAfterS": _round(self.balanced_after),
             "lastBatch": snap.batch if snap else None,
             "balancedMaxOverMean": self.balanced_ratio,
+            "outages": [
+                {"service": name, "fromS": round(a, 1), "toS": round(b, 1)}
+                for name, a, b in self.history.outages()
+            ],
+            "troubleAtEnd": snap.trouble if snap else [],
             "plot": _plot(self.args, self.history, self.run_dir, self.monitor.overloaded_pct),
         }
 
@@ -558,9 +563,14 @@ def _summary_text(s: dict[str, Any]) -> str:
     def secs(value: float | None) -> str:
         return "-" if value is None else f"{value}s"
 
+    outages = "; ".join(
+        f"{o['service']} {o['fromS']:.0f}s-{o['toS']:.0f}s" for o in s.get("outages", [])
+    )
     return "\n".join(
         [
             f"run ended ({s['ended']}) after {s['seconds']}s; decisions applied: {applied}",
+            *([f"TROUBLE during the run: {outages}"] if outages else []),
+            *(f"TROUBLE at the end: {line}" for line in s.get("troubleAtEnd", [])),
             f"usage spread: start {spread(s['spreadStart'])} -> end {spread(s['spreadEnd'])}",
             f"first streaming batch after: {secs(s['firstBatchAfterS'])}; balanced (max/mean <= "
             f"{s.get('balancedMaxOverMean', DEFAULT_BALANCED):.2f}) after: "
