@@ -4,6 +4,10 @@ Why: topics are created through CreateTopics with the partitions the product wan
 by a broker's auto-creation, and the job, the producers and the tests all want "make sure these
 exist" rather than "create", so a topic that already exists is success, not an error;
 ``client_config`` carries SASL/SSL settings to the admin client.
+
+``kafka_client_config`` is the one builder of confluent-kafka client settings: besides the
+address and the caller's settings it gives every client the product's logger (librdkafka's
+lines through logging, de-duplicated: ``infra.client_logging``) and its error callback.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.kafka_auth import list_topics, raise_on_auth_error
+from infra.client_logging import KafkaErrorReporter, client_logger
+from infra.kafka_auth import list_topics
 
 __all__ = ["ensure_topics", "kafka_client_config"]
 
@@ -23,14 +28,18 @@ def kafka_client_config(bootstrap_servers: str, client_config: Mapping[str, Any]
     """librdkafka config: ``bootstrap.servers`` plus the caller's pass-through settings.
 
     A ``kafka.`` prefix (Spark's option style) is stripped, so the same map can feed Spark's
-    built-in source and confluent-kafka.
+    built-in source and confluent-kafka. Unless the caller set them, ``logger`` (librdkafka's
+    lines through the product's de-duplicating logger, never raw on the terminal) and
+    ``error_cb`` (a refused login raises ``KafkaAuthError``; all brokers down is one product
+    warning naming ``bootstrap_servers``) are added.
     """
     config: dict[str, Any] = {}
     for key, value in (client_config or {}).items():
         name = key[len("kafka.") :] if key.startswith("kafka.") else key
         config[name] = value
     config["bootstrap.servers"] = bootstrap_servers
-    config.setdefault("error_cb", raise_on_auth_error)  # a refused login: one clear error
+    config.setdefault("error_cb", KafkaErrorReporter(bootstrap_servers))
+    config.setdefault("logger", client_logger())
     return config
 
 

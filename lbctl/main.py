@@ -4,6 +4,15 @@ Each shell package contributes its verbs through a ``register(subparsers)`` func
 entry point stays a table of contents: configuration, offline decisions, embedded services,
 the streaming job, the controller and its pulsar-admin-like verbs, the simulator and benchmarks,
 and the one-command main job.
+
+Before a command runs, the services it would use are checked (``check_services``): a command
+with a ``--redis-url`` option needs the Redis it names (or ``redisUrl``), one with
+``--bootstrap-servers`` the Kafka it names (or ``kafkaBootstrapServers``), each only when one
+is given or configured (a command without one says so itself). A malformed URL, an address
+nobody answers on within a few seconds, or refused credentials end the command with one line
+naming the address and what to check, before any heavy work (Spark, topic creation, a loop).
+Kinds of trouble met later that a command does not handle itself end it in one line too, never
+in a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +24,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+import redis
+from confluent_kafka import KafkaException
+
+from infra import preflight
+from infra.config_loading import load_from_args
 from infra.kafka_auth import KafkaAuthError
+from loadbalance.config import ConfigError, LoadBalancerConfig
 
 # Modules contributing verbs, in the order ``lbctl --help`` lists them.
 COMMAND_MODULES = (
@@ -31,6 +46,9 @@ COMMAND_MODULES = (
     "lbctl.monitor_cmd",
     "lbctl.health_cmd",
 )
+# Commands that check services themselves or start their own: health reports an unreachable
+# service as its answer; infra, bench and run without addresses start embedded ones.
+NO_PREFLIGHT = frozenset({"health", "infra", "bench", "config", "decide"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,16 +87,61 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_services(args)
         return int(func(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except KafkaAuthError as e:  # a refused password or certificate: one line, no traceback
+    except preflight.BadAddress as e:  # a malformed URL: a usage error
         print(f"lbctl: {e}", file=sys.stderr)
+        return 2
+    except (preflight.ServiceUnavailable, KafkaAuthError) as e:  # one line, no traceback
+        print(f"lbctl: {e}", file=sys.stderr)
+        return 1
+    except (redis.ConnectionError, redis.TimeoutError) as e:  # lost after the check
+        print(f"lbctl: Redis became unreachable: {e}; {preflight.REDIS_FIX}", file=sys.stderr)
+        return 1
+    except KafkaException as e:  # lost after the check: a topic creation or flush gave up
+        print(f"lbctl: Kafka request failed: {e}; {preflight.KAFKA_FIX}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head` and closed: not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def _service_addresses(args: argparse.Namespace) -> tuple[str, str, LoadBalancerConfig | None]:
+    """The Redis URL and the Kafka bootstrap servers the command would use ('' for none),
+    and the configuration they come from."""
+    if args.command in NO_PREFLIGHT or getattr(args, "fast", False):
+        return "", "", None
+    if not hasattr(args, "redis_url") and not hasattr(args, "bootstrap_servers"):
+        return "", "", None
+    try:
+        config = load_from_args(args, quiet=True)
+    except ConfigError:  # the command reports it in its own words
+        return "", "", None
+    url = ""
+    if hasattr(args, "redis_url"):
+        url = args.redis_url or str.__str__(config.redis_url)
+    bootstrap = ""
+    if hasattr(args, "bootstrap_servers") and not getattr(args, "no_events", False):
+        bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    return url, bootstrap, config
+
+
+def check_services(
+    args: argparse.Namespace, timeout_s: float = preflight.DEFAULT_TIMEOUT_S
+) -> None:
+    """Raise ``preflight.ServiceUnavailable`` (or ``BadAddress``) when a service the command
+    is about to use does not answer within ``timeout_s``: Redis first (its URL can be checked
+    without the network), then Kafka."""
+    url, bootstrap, config = _service_addresses(args)
+    if config is None:
+        return
+    if url:
+        preflight.check_redis(url, config.redis_client_kwargs(), timeout_s)
+    if bootstrap:
+        preflight.check_kafka(bootstrap, config.kafka_client_settings(), timeout_s)
 
 
 if __name__ == "__main__":
