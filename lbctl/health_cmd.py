@@ -7,19 +7,20 @@ says nothing. Each process has one record that moves only when it does useful wo
 * ``stream``: the id of the last batch the job committed, ``P:stream:progress`` field ``batch``
   in Redis (written by ``metadata_store.progress.RedisProgress`` in the same transaction as the load
   snapshot, so a batch counts only once its results are in Redis);
-* ``control``: ``lbctl_control_sweeps_total`` on the controller's metrics endpoint; the loop
-  sweeps expired leases every ``--sweep-interval-s`` (5 s) and counts a sweep only when Redis
-  answered it. The controller keeps no periodic record in Redis (its outcome stream grows only
-  when a decision arrives, so an idle controller in a balanced cluster would look dead there);
+* ``control``: every controller in the process registry in Redis (``P:processes``, written by
+  the controller loop every second, ``lbctl.health_control``): its loop beats, its last lease
+  sweep, and its consumer group's committed offsets on the decisions topic (nothing unread, or
+  offsets moving). A sweep needs only Redis, so a controller cut off from Kafka still sweeps:
+  the offsets catch it. No metrics port is needed; ``--metrics-url`` probes
+  ``lbctl_control_sweeps_total`` there instead;
 * ``simulate``: ``lbctl_simulator_cycles_total``; ``agent``: ``lbctl_agent_checks_total``.
 
-None of these records carries the wall time of the step (the stream's ``now_ms`` is event time,
-which the simulator runs ahead of the wall clock), so the probe remembers, in a small state file,
-when it first saw the current value: the process is healthy while the value changed within
-``--max-age-s``. The first reading of a value counts as fresh, so a stall is reported at most
-``--max-age-s`` after the probe first saw the stuck value (container health checks run the probe
-every few seconds, so that is soon after the stall). No record yet is unhealthy, which a
-container's start period absorbs.
+The stream's record carries the job's own wall-clock commit time (``wall_ms``), so a stopped
+job is judged by how long ago it committed. The metrics counters carry no time, so for them the
+probe remembers, in a small state file, when it first saw the current value: the process is
+healthy while the value changed within ``--max-age-s`` (the first reading counts as fresh).
+No record yet is unhealthy, which a container's start period absorbs. ``--json`` prints the
+verdict, its message and each check as one JSON document.
 
 A job runs a batch only when reports arrive, so an unchanged batch id is also what an idle job
 shows (brokers report on a 10 % change or at least every
@@ -42,6 +43,7 @@ container engines reserve status 2); one line on stdout says why.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -57,6 +59,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from lbctl import health_control
 from lbctl.monitor import broker_row
 from lbctl.monitor_lag import LagProbe
 from lbctl.policy_check import policy_problems
@@ -74,7 +77,6 @@ PROGRESS_COUNTERS = {
     "agent": "lbctl_agent_checks_total",
 }
 DEFAULT_MAX_AGE_S = {"stream": 300.0, "control": 60.0, "simulate": 60.0, "agent": 120.0}
-DEFAULT_METRICS_URL = "http://127.0.0.1:9400/metrics"
 
 
 @dataclass(frozen=True)
@@ -183,10 +185,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "health",
         help="health probe: is a process making progress (for container health checks)",
         description="Exit 0 if PROCESS made progress within --max-age-s, else 1. stream: the "
-        "last batch committed to Redis (P:stream:progress); control, simulate, agent: their "
-        "progress counter on the metrics endpoint (lbctl_control_sweeps_total, "
-        "lbctl_simulator_cycles_total, lbctl_agent_checks_total). The probe remembers when it "
-        "first saw the current value in --state-file.",
+        "last batch the job committed to Redis, by the job's own clock. control: every "
+        "controller registered in Redis: its loop, its last lease sweep, and its consumer "
+        "group's offsets on the decisions topic (no decision unread, or offsets moving); no "
+        "port needed. simulate, agent: their progress counter on --metrics-url "
+        "(lbctl_simulator_cycles_total, lbctl_agent_checks_total). The probe remembers what it "
+        "saw last in --state-file. --json prints the verdict and every check.",
     )
     p.add_argument("process", choices=("stream", *PROGRESS_COUNTERS))
     p.add_argument(
@@ -207,9 +211,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--metrics-url",
-        default=DEFAULT_METRICS_URL,
-        help=f"control, simulate, agent: the process's metrics URL (default {DEFAULT_METRICS_URL})",
+        default=None,
+        help="simulate, agent (and control, instead of the registry): the process's metrics "
+        "URL, e.g. http://127.0.0.1:9402/metrics",
     )
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="control: Kafka, to check the controllers' consumption (default: config "
+        "kafkaBootstrapServers)",
+    )
+    p.add_argument("--json", action="store_true", help="print the verdict and every check as JSON")
     p.add_argument(
         "--state-file",
         type=Path,
@@ -223,28 +235,114 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_health(args: argparse.Namespace) -> int:
     max_age_s = args.max_age_s if args.max_age_s is not None else DEFAULT_MAX_AGE_S[args.process]
+    checks: list[dict[str, Any]] = []
     try:
+        if args.process == "control" and args.metrics_url is None:
+            verdict, checks = _control_from_registry(args, max_age_s)
+            return _report(args, verdict, checks)
         if args.process == "stream":
             config = _stream_config(args)
-            value, source = _read_stream(args, config)
+            value, source, wall = _read_stream(args, config)
         else:
+            if args.metrics_url is None:
+                raise _ProbeError("pass --metrics-url (the process's /metrics endpoint)")
             value, source = _read_counter(args.metrics_url, PROGRESS_COUNTERS[args.process])
     except _ProbeError as e:
-        print(f"{args.process}: unhealthy: {e}")
-        return UNHEALTHY
+        return _report(args, Verdict(False, str(e), None), checks)
     state_file = args.state_file or default_state_file(args.process, source)
-    verdict = judge(load_seen(state_file), value, int(time.time() * 1000), int(max_age_s * 1000))
-    if args.process == "stream" and args.checkpoint is not None:
-        verdict = _with_stream_input(verdict, args.checkpoint, config)
+    now_ms = int(time.time() * 1000)
+    verdict = judge(load_seen(state_file), value, now_ms, int(max_age_s * 1000))
+    if args.process == "stream":
+        verdict = by_job_clock(verdict, wall, now_ms, max_age_s)
+        if args.checkpoint is not None:
+            verdict = _with_stream_input(verdict, args.checkpoint, config)
     try:
         save_seen(state_file, verdict.seen)
     except OSError as e:  # a probe that cannot remember cannot detect a stall: say so
-        print(f"{args.process}: unhealthy: cannot write {state_file}: {e.strerror}")
-        return UNHEALTHY
-    print(f"{args.process}: {'healthy' if verdict.healthy else 'unhealthy'}: {verdict.message}")
-    for line in _policy_lines(args):
-        print(f"placement: {line}")
+        verdict = Verdict(False, f"cannot write {state_file}: {e.strerror}", None)
+    return _report(args, verdict, checks)
+
+
+def by_job_clock(verdict: Verdict, wall_ms: int | None, now_ms: int, max_age_s: float) -> Verdict:
+    """The stream's verdict from the job's own commit time, when it records one: a job that
+    stopped is judged by how long ago it committed, not by when this probe first looked."""
+    if wall_ms is None or verdict.seen is None:
+        return verdict
+    age_s = max(0.0, (now_ms - wall_ms) / 1000)
+    value = verdict.seen.value
+    if age_s <= max_age_s:
+        return Verdict(True, f"progress: {value} committed {age_s:.0f} s ago", verdict.seen)
+    return Verdict(
+        False,
+        f"no progress for {age_s:.0f} s (still {value}, by the job's clock; limit "
+        f"{max_age_s:.0f} s)",
+        verdict.seen,
+    )
+
+
+def _report(args: argparse.Namespace, verdict: Verdict, checks: list[dict[str, Any]]) -> int:
+    """Print the verdict (one line, or ``--json``) and the placement lines; the exit status."""
+    state = "healthy" if verdict.healthy else "unhealthy"
+    placement = _policy_lines(args)
+    if args.json:
+        doc = {"process": args.process, "healthy": verdict.healthy, "message": verdict.message,
+               "checks": checks, "placement": placement}  # fmt: skip
+        print(json.dumps(doc, sort_keys=True))
+    else:
+        print(f"{args.process}: {state}: {verdict.message}")
+        for line in placement:
+            print(f"placement: {line}")
     return HEALTHY if verdict.healthy else UNHEALTHY
+
+
+def _control_from_registry(
+    args: argparse.Namespace, max_age_s: float
+) -> tuple[Verdict, list[dict[str, Any]]]:
+    """Every registered controller's loop, sweeps and consumption (``lbctl.health_control``)."""
+    config = _stream_config(args)
+    url = args.redis_url or config.redis_url
+    if not url:
+        raise _ProbeError("no Redis: pass --redis-url or set redisUrl (or pass --metrics-url)")
+    client = redis.Redis.from_url(
+        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
+    )
+    try:
+        entries = health_control.live_controllers(
+            RedisStore(client, config.redis_key_prefix).processes.entries("control")
+        )
+    except redis.RedisError as e:
+        raise _ProbeError(f"Redis at {redact_url(url)}: {e}") from None
+    finally:
+        client.close()
+    now_ms = health_control.wall_ms()
+    report = health_control.ControlReport(health_control.judge_entries(entries, now_ms, max_age_s))
+    bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
+    state_file = args.state_file or default_state_file("control", f"{url}|{bootstrap}")
+    if entries and bootstrap:
+        seen = load_seen(state_file)
+        check, total = health_control.consumption(
+            bootstrap, config.decisions_topic, str(entries[0].doc.get("group") or "lb-controller"),
+            kafka_security(config) or None,
+            previous_committed=int(seen.value) if seen and seen.value.isdigit() else None,
+            previous_since_ms=seen.since_ms if seen else None, now_ms=now_ms, max_age_s=max_age_s,
+        )  # fmt: skip
+        report.checks.append(check)
+        if total is not None and (seen is None or seen.value != str(total)):
+            _save_quietly(state_file, Seen(str(total), now_ms))
+    elif entries:
+        report.checks.append(health_control.Check("consumption", False, "no Kafka to check: "
+                             "pass --bootstrap-servers or set kafkaBootstrapServers"))  # fmt: skip
+    checks = [c.as_dict() for c in report.checks]
+    for e in entries:
+        checks.append({"name": f"{e.id} entry", "ok": True, "detail": "registered",
+                       "entry": dict(e.doc)})  # fmt: skip
+    return Verdict(report.healthy, report.message, None), checks
+
+
+def _save_quietly(path: Path, seen: Seen) -> None:
+    # unwritable: the next probe compares with an older total, still right, only slower
+    with contextlib.suppress(OSError):
+        save_seen(path, seen)
 
 
 def _policy_lines(args: argparse.Namespace) -> list[str]:
@@ -298,7 +396,9 @@ def _stream_config(args: argparse.Namespace) -> LoadBalancerConfig:
         raise _ProbeError(str(e)) from None
 
 
-def _read_stream(args: argparse.Namespace, config: LoadBalancerConfig) -> tuple[str | None, str]:
+def _read_stream(
+    args: argparse.Namespace, config: LoadBalancerConfig
+) -> tuple[str | None, str, int | None]:
     url = args.redis_url or config.redis_url
     if not url:
         raise _ProbeError("no Redis: pass --redis-url or set redisUrl")
@@ -307,13 +407,14 @@ def _read_stream(args: argparse.Namespace, config: LoadBalancerConfig) -> tuple[
     )
     try:
         value = stream_progress(client, config.redis_key_prefix)
+        wall = RedisProgress(client, config.redis_key_prefix).committed_wall_ms()
     except redis.RedisError as e:
         raise _ProbeError(f"Redis at {redact_url(url)}: {e}") from None
     except ValueError as e:
         raise _ProbeError(f"unreadable stream progress: {e}") from None
     finally:
         client.close()
-    return value, f"{url}|{config.redis_key_prefix}"
+    return value, f"{url}|{config.redis_key_prefix}", wall
 
 
 def _with_stream_input(verdict: Verdict, checkpoint: Path, config: LoadBalancerConfig) -> Verdict:

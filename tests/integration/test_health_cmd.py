@@ -23,7 +23,7 @@ def _probe(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def test_stream_probe_follows_the_batches_the_job_commits(
-    redis_url: str, fresh_redis: redis.Redis, tmp_path: Path, capsys
+    redis_url: str, fresh_redis: redis.Redis, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     state = tmp_path / "stream.json"
     args = ["stream", "--redis-url", redis_url, "--max-age-s", "60", "--state-file", str(state)]
@@ -33,12 +33,15 @@ def test_stream_probe_follows_the_batches_the_job_commits(
     progress = RedisProgress(fresh_redis, "lb")
     progress.commit(Progress(batch=7, now_ms=1), {}, [], {}, [])
     code, out = _probe(capsys, *args)
-    assert code == 0 and "batch 7 (new)" in out
+    assert code == 0 and "batch 7 committed 0 s ago" in out
 
-    # The same batch, first seen two minutes ago: the job stopped making progress.
-    from lbctl.health_cmd import Seen
+    # The same batch, committed two minutes ago by the job's clock: the job stopped.
+    import metadata_store.progress as progress_module
 
-    save_seen(state, Seen("batch 7", int(time.time() * 1000) - 120_000))
+    real = time.time
+    monkeypatch.setattr(progress_module.time, "time", lambda: real() - 120)
+    progress.commit(Progress(batch=7, now_ms=1), {}, [], {}, [])
+    monkeypatch.undo()
     code, out = _probe(capsys, *args)
     assert code == 1 and "no progress for 120 s" in out
 
@@ -105,7 +108,7 @@ def _spark_checkpoint(root: Path, topic: str, committed: dict[str, int]) -> Path
 
 def test_with_the_checkpoint_an_idle_job_is_healthy_and_a_stuck_one_says_what_is_unread(
     redis_url: str, fresh_redis: redis.Redis, kafka_bootstrap: str, unique_topic, tmp_path: Path,
-    capsys,
+    capsys, monkeypatch,
 ) -> None:  # fmt: skip
     """A job with nothing to read runs no batch: with ``--checkpoint`` the probe compares the
     last committed batch's offsets with the topic's end, so an unchanged batch is idle when
@@ -119,7 +122,12 @@ def test_with_the_checkpoint_an_idle_job_is_healthy_and_a_stuck_one_says_what_is
     for i in range(5):
         producer.produce(topic, key=f"b{i}", value=b"{}", partition=i % 2)
     producer.flush(10)
+    import metadata_store.progress as progress_module
+
+    real = time.time  # the job committed batch 5 two minutes ago, by its clock
+    monkeypatch.setattr(progress_module.time, "time", lambda: real() - 120)
     RedisProgress(fresh_redis, "lb").commit(Progress(batch=5, now_ms=1), {}, [], {}, [])
+    monkeypatch.undo()
     state = tmp_path / "stream.json"
     base = [
         "stream", "--redis-url", redis_url, "--max-age-s", "60", "--state-file", str(state),
