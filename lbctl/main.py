@@ -46,9 +46,9 @@ COMMAND_MODULES = (
     "lbctl.monitor_cmd",
     "lbctl.health_cmd",
 )
-# Commands that check services themselves or start their own: health reports an unreachable
-# service as its answer; infra, bench and run without addresses start embedded ones.
-NO_PREFLIGHT = frozenset({"health", "infra", "bench", "config", "decide"})
+# Commands that check services themselves or start their own: health and monitor report an
+# unreachable service as their answer; infra, bench and run without addresses start embedded ones.
+NO_PREFLIGHT = frozenset({"health", "monitor", "infra", "bench", "config", "decide"})
 
 
 def build_parser() -> argparse.ArgumentParser:

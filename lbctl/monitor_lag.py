@@ -49,15 +49,17 @@ def checkpoint_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
 class LagProbe:
     """The job's lag on the load-reports topic, probed at most every ``interval_s``.
 
-    Why a cache: ``latest_offsets`` opens a consumer and asks the partitions' leaders (tens of
-    ms); the table refreshes every few seconds, the lag need not.
+    The probe is also how the monitor knows Kafka answers, so by default it asks at every
+    refresh (``interval_s`` 0; ``latest_offsets`` costs tens of ms against a refresh of
+    seconds): a cached answer would show a dead Kafka as up until the cache expired. A failed
+    probe is never cached.
     """
 
     bootstrap_servers: str
     topic: str
     client_config: Mapping[str, Any] | None = None
     checkpoint: Path | None = None
-    interval_s: float = 10.0
+    interval_s: float = 0.0
     timeout_s: float = 3.0  # a Kafka that has not answered in this long counts as down
     _last: Lag | None = None
     _at: float = 0.0
