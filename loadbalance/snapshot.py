@@ -25,9 +25,11 @@ A snapshot is one JSON document (documented in ``docs/snapshot-format.md``, exam
 (``PlacementPolicies.from_admin_json``), and becomes the view's ``policies``.
 
 Only ``brokers`` is required. A broker without ``historyUsage`` starts from its report's
-weighted usage (the first-sample rule); a bundle without ``bundleData`` gets one sample from the
-reports' ``lastStats``, as the first report would give it. Parsing is pure: the shell reads the
-file and passes the bytes.
+within-limit weighted usage, one without ``weightedMaxEma`` (TransferShedder's
+``weightedMaxEMA``; documents written before the job kept it lack it) from its report's weighted
+usage with every signal (the first-sample rule for both); a bundle without ``bundleData`` gets
+one sample from the reports' ``lastStats``, as the first report would give it. Parsing is pure:
+the shell reads the file and passes the bytes.
 
 Validation: a snapshot is operator input (a file, or the load snapshot the streaming job keeps in
 Redis), so every field is checked with the report codec's own rules (``report_codec._number``
@@ -342,6 +344,9 @@ def snapshot_from_document(
             ),
             msg_throughput_ema=_num_field(entry, "msgThroughputEma", p, report.msg_throughput),
             received_at_ms=_int_field(entry, "updatedAtMs", p, report.last_update_ms),
+            weighted_max_ema=_num_field(
+                entry, "weightedMaxEma", p, weights.weighted_max_uncapped(report)
+            ),
         )
 
     namespaces: dict[str, NamespaceBundles] = {}

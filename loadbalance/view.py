@@ -1,7 +1,9 @@
 """The averaged cluster view the policies read, and the pure fold that maintains it.
 
 ``LoadState`` is what the leader of a Pulsar cluster keeps in memory between reports: the last
-report per broker, its history-weighted usage, and each bundle's ``BundleData``. ``ingest``
+report per broker, its two history-weighted usages (the within-limit one ThresholdShedder and the
+modular strategies read, and ``weightedMaxEMA``, which takes signals above 100 % as they are,
+for TransferShedder), and each bundle's ``BundleData``. ``ingest``
 folds one report into it (the same arithmetic the Spark job runs per key, vectorised, in
 ``streaming/``); ``build_view`` turns it into a ``ClusterView`` for one policy cycle. Every
 ``ClusterView`` is made here: by ``build_view`` (the fast simulator, the streaming job's driver
@@ -40,20 +42,40 @@ class UsageWeights:
     bandwidth_out: float = 1.0
 
     def weighted_max(self, report: LocalBrokerData) -> float:
+        """The within-limit reading (``getMaxResourceUsageWithWeightWithinLimit``) that
+        ``history_usage`` folds: ThresholdShedder and the modular strategies read it."""
         return report.max_resource_usage_with_weight_capped(
+            self.cpu, self.memory, self.direct_memory, self.bandwidth_in, self.bandwidth_out
+        )
+
+    def weighted_max_uncapped(self, report: LocalBrokerData) -> float:
+        """``BrokerLoadData.getMaxResourceUsageWithWeight``: every signal as it is, one above
+        100 % included, so a broker saturated on one resource reads as saturated. The
+        extensible load manager folds it into ``weightedMaxEMA`` (``updateWeightedMaxEMA``)."""
+        return report.max_resource_usage_with_weight(
             self.cpu, self.memory, self.direct_memory, self.bandwidth_in, self.bandwidth_out
         )
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerView:
-    """One broker as the policies see it."""
+    """One broker as the policies see it.
+
+    ``history_usage``: the history-weighted within-limit max usage (ThresholdShedder, the
+    modular strategies). ``weighted_max_ema``: Pulsar's ``BrokerLoadData.weightedMaxEMA``, the
+    same fold over the reading without the cap, which TransferShedder reads; a view made by
+    hand without it (tests that give a broker one load) takes ``history_usage`` for it."""
 
     report: LocalBrokerData
     history_usage: float
     msg_throughput_ema: float
     time_average: TimeAverageBrokerData
     updated_at_ms: int
+    weighted_max_ema: float = None  # type: ignore[assignment]  # None: history_usage
+
+    def __post_init__(self) -> None:
+        if self.weighted_max_ema is None:
+            object.__setattr__(self, "weighted_max_ema", self.history_usage)
 
     @property
     def broker(self) -> str:
@@ -103,12 +125,13 @@ class ClusterView:
 
 @dataclass(frozen=True, slots=True)
 class BrokerLoad:
-    """Per-broker history kept across reports."""
+    """Per-broker history kept across reports (``weighted_max_ema``: as in ``BrokerView``)."""
 
     report: LocalBrokerData
     history_usage: float
     msg_throughput_ema: float
     received_at_ms: int
+    weighted_max_ema: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +208,7 @@ def ingest(
     weights: UsageWeights,
     received_at_ms: int,
 ) -> LoadState:
-    """Fold one report in: broker history usage, and one sample per bundle in ``lastStats``."""
+    """Fold one report in: broker history usages, and one sample per bundle in ``lastStats``."""
     return ingest_many(
         state,
         (report,),
@@ -218,7 +241,13 @@ def ingest_many(
         thr = history_usage(
             prev.msg_throughput_ema if prev else None, report.msg_throughput, history_percentage
         )
-        brokers[broker] = BrokerLoad(report, usage, thr, received_at_ms)
+        # Pulsar's updateWeightedMaxEMA: seeded with the first reading, never reset
+        ema = history_usage(
+            prev.weighted_max_ema if prev else None,
+            weights.weighted_max_uncapped(report),
+            history_percentage,
+        )
+        brokers[broker] = BrokerLoad(report, usage, thr, received_at_ms, ema)
         fresh: list[BundleData] = []
         for name, stats in report.last_stats.items():
             data = bundles.get(name)
@@ -332,7 +361,12 @@ def build_view(
             get = state.bundles.get
             ta = TimeAverageBrokerData.of(get(b, default) for b in _summing_order(load.report))
         brokers[name] = BrokerView(
-            load.report, load.history_usage, load.msg_throughput_ema, ta, load.received_at_ms
+            load.report,
+            load.history_usage,
+            load.msg_throughput_ema,
+            ta,
+            load.received_at_ms,
+            load.weighted_max_ema,
         )
     return ClusterView(
         brokers=MappingProxyType(brokers),

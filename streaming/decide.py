@@ -63,7 +63,7 @@ from typing import Any
 
 from infra import metrics
 from loadbalance.config import LoadBalancerConfig
-from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step
+from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step, weights_from_config
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
 from loadbalance.shedding.registry import make_shedder
 from loadbalance.values import DecisionReason, SkipReason
@@ -330,7 +330,9 @@ class DecisionStage:
             )
             self._progress = self._progress_store.read()
             brokers, bundles = self._progress_store.read_snapshot()
-            self._view = DriverView.from_snapshot(brokers, bundles)
+            self._view = DriverView.from_snapshot(
+                brokers, bundles, weights_from_config(self.config)
+            )
             self._metrics = StreamMetrics(make_shedder(self.config.shedding_strategy_name).name)
             self._safely(self._metrics.seed, brokers)
             log.info(

@@ -10,9 +10,9 @@ job reads back from there, so the view after a restart is the view before it.
 The snapshot is the published load-snapshot format (``metadata_store.load_snapshot``,
 ``docs/snapshot-format.md``): ``P:load:shards`` bundle shard ``s:<n>`` -> its whole record and
 ``s:<n>+<k>`` -> its k-th delta record, as the state step emitted them; ``P:load:brokers`` broker ->
-``{"report": <LocalBrokerData JSON without lastStats>, "historyUsage", "msgThroughputEma",
-"updatedAtMs"}``, the ``brokers`` entry of ``lbctl decide``'s snapshot, floats written with
-``repr`` and so read back bit for bit.
+``{"report": <LocalBrokerData JSON without lastStats>, "historyUsage", "weightedMaxEma",
+"msgThroughputEma", "updatedAtMs"}``, the ``brokers`` entry of ``lbctl decide``'s snapshot,
+floats written with ``repr`` and so read back bit for bit.
 
 Why the driver keeps this copy rather than reading the snapshot back from Redis for each cycle:
 the copy is what lets a cycle decode only the shards that changed since the last one (or since
@@ -65,7 +65,14 @@ from loadbalance.time_average import (
     TimeAverageBrokerData,
     TimeAverageMessageData,
 )
-from loadbalance.view import BrokerLoad, ClusterView, LoadState, ReportDigest, build_view
+from loadbalance.view import (
+    BrokerLoad,
+    ClusterView,
+    LoadState,
+    ReportDigest,
+    UsageWeights,
+    build_view,
+)
 from metadata_store.load_snapshot import (
     decode_bundle_shard,
     delta_key,
@@ -675,7 +682,8 @@ class DriverView:
         self._sums: _Sums = {}
         self._global_rows: Mapping[str, int] = {}
         self._global_where: Mapping[str, tuple[str, int]] | None = None
-        self._brokers: dict[str, tuple[dict[str, Any], float, float, int]] = {}
+        # broker -> (report document, history usage, throughput EMA, event ms, weightedMaxEMA)
+        self._brokers: dict[str, tuple[dict[str, Any], float, float, int, float]] = {}
         self._ns_names: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {}
         # the last answer of ``_outside`` and the bundle index it was for
         self._outside_for: tuple[Where, frozenset[str]] | None = None
@@ -712,9 +720,10 @@ class DriverView:
         reported = set()
         for row in pdf[kinds == BROKER].itertuples(index=False):
             usage, ema, event_ms = row.history_usage, row.msg_throughput_ema, row.event_ms
-            self._brokers[row.name] = (json.loads(row.doc), usage, ema, event_ms)
+            wmax = row.weighted_max_ema
+            self._brokers[row.name] = (json.loads(row.doc), usage, ema, event_ms, wmax)
             self.changed_brokers[row.name] = (
-                f'{{"report":{row.doc},"historyUsage":{usage!r},'
+                f'{{"report":{row.doc},"historyUsage":{usage!r},"weightedMaxEma":{wmax!r},'
                 f'"msgThroughputEma":{ema!r},"updatedAtMs":{event_ms}}}'
             )
             self.removed_brokers.discard(row.name)
@@ -799,7 +808,7 @@ class DriverView:
         for broker in sorted(self._brokers):
             if live is not None and broker not in live:
                 continue
-            doc, usage, ema, event_ms = self._brokers[broker]
+            doc, usage, ema, event_ms, wmax = self._brokers[broker]
             listed = doc.get("bundles") or []
             got = cache.get(broker)
             if got is None or got.listed != listed or not moved.isdisjoint(got.members):
@@ -807,7 +816,7 @@ class DriverView:
                                                      columns)  # fmt: skip
             last_stats = _LastStats(got.names, made, where, columns, got.judged)
             report = report_from_doc(doc, broker, last_stats, got.bundle_set)
-            brokers[broker] = BrokerLoad(report, usage, ema, event_ms)
+            brokers[broker] = BrokerLoad(report, usage, ema, event_ms, wmax)
             broker_rows[broker] = got
             averages[broker] = columns.time_average(got.rows, self._sums, broker)
             digests[broker] = columns.digest(report, got.judged, got.counts)
@@ -985,9 +994,17 @@ class DriverView:
 
     @classmethod
     def from_snapshot(
-        cls, brokers: Mapping[str, str | bytes], shards: Mapping[str, bytes]
+        cls,
+        brokers: Mapping[str, str | bytes],
+        shards: Mapping[str, bytes],
+        weights: UsageWeights | None = None,
     ) -> DriverView:
-        """Rebuild the view from the snapshot the job wrote (broker documents, shard records)."""
+        """Rebuild the view from the snapshot the job wrote (broker documents, shard records).
+
+        ``weights``: the configured resource weights, for a broker document without
+        ``weightedMaxEma`` (written before the job kept it), which starts from its report's
+        weighted max usage with every signal, as ``snapshot_from_document`` reads it."""
+        weights = weights or UsageWeights()
         view = cls()
         by_shard: dict[str, dict[int, bytes]] = {}
         for name, raw in shards.items():
@@ -1005,10 +1022,14 @@ class DriverView:
                 view._counts[key] = len(names)
         for name, raw in brokers.items():
             doc = json.loads(raw)
+            wmax = doc.get("weightedMaxEma")
+            if wmax is None:
+                wmax = weights.weighted_max_uncapped(report_from_doc(doc["report"], name, {}))
             view._brokers[name] = (
                 doc["report"],
                 float(doc["historyUsage"]),
                 float(doc["msgThroughputEma"]),
                 int(doc["updatedAtMs"]),
+                float(wmax),
             )
         return view

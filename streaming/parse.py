@@ -172,6 +172,7 @@ def _rows_of(
             offset,
             settings.weights.weighted_max(head),
             head.msg_throughput,
+            settings.weights.weighted_max_uncapped(head),
             head,
         )
     ]
@@ -187,6 +188,7 @@ def _rows_of(
                 event_ms,
                 partition,
                 offset,
+                0.0,
                 0.0,
                 0.0,
                 block,
@@ -342,7 +344,7 @@ def _record_rows(
     except Exception as e:  # one bad record must never stop the query
         field, reason = "", f"internal: {type(e).__name__}"
     doc = dead_letter(value, key, topic, partition, offset, timestamp_ms, field, reason)
-    return [(DEAD_KEY, DEAD, "", timestamp_ms, partition, offset, 0.0, 0.0, doc)]
+    return [(DEAD_KEY, DEAD, "", timestamp_ms, partition, offset, 0.0, 0.0, 0.0, doc)]
 
 
 def parse_records(

@@ -10,7 +10,8 @@ on Kafka) and the averaged view in Redis.
 * ``s:<shard>`` / kind ``samples``: one report's bundle samples that fall into one shard, packed
   by ``streaming.shard_state.pack_samples``;
 * ``b:<broker>`` / kind ``report``: the report's figures without ``lastStats`` (JSON) plus its
-  weighted capped max usage and total throughput, computed where the report was decoded;
+  weighted max usage twice (within the limit, ``usage``, and with every signal,
+  ``weighted_max``) and total throughput, computed where the report was decoded;
 * ``dead`` / kind ``dead``: a dead letter (JSON) for the decision stage to publish.
 
 ``event_ms`` is the Kafka record timestamp; ``(event_ms, partition, offset)`` orders samples.
@@ -23,8 +24,8 @@ shard key ``s:<n>``) or the record of the bundles the batch changed (kind ``shar
 them and writes them to Redis as they are (bundle-shard and delta records of
 ``metadata_store.load_snapshot``, whose field names these are); ``bundles`` is the shard's
 bundle count after the batch. And one row per broker that reported or went away, whose ``doc``
-is its last report without ``lastStats`` and ``history_usage``/``msg_throughput_ema`` its
-averages.
+is its last report without ``lastStats`` and ``history_usage``/``msg_throughput_ema``/
+``weighted_max_ema`` its averages.
 Why shard records and not one row per bundle: a row per bundle cost a formatted document, an
 Arrow row and a dict update for each of 20,000 bundle samples a second (100,000 bundles
 reported every 5 s); a record is bytes the state step has already made.
@@ -72,7 +73,8 @@ PARSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("offset", "bigint"),
     ("usage", "double"),
     ("msg_throughput", "double"),
-    ("payload", "binary"),
+    ("weighted_max", "double"),
+    ("payload", "binary"),  # last: the parse stage's rows carry the report's head here
 )
 
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
@@ -81,6 +83,7 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("event_ms", "bigint"),
     ("history_usage", "double"),
     ("msg_throughput_ema", "double"),
+    ("weighted_max_ema", "double"),
     ("doc", "string"),
     ("payload", "binary"),
     ("bundles", "bigint"),

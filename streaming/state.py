@@ -30,7 +30,14 @@ call, so there are few keys and the work inside a key is vectorised):
 * ``b:<broker>``: value state ``broker`` with the history-weighted usage
   (``loadBalancerHistoryResourcePercentage`` over the weighted capped max usage computed at
   parse time), the throughput EMA with the same weight, the last report's event time (the
-  report itself goes to the decision stage, not into state), and one event-time timer. A broker
+  report itself goes to the decision stage, not into state), and one event-time timer; and value
+  state ``broker_weighted_max_ema`` with Pulsar's ``weightedMaxEMA`` (the same fold over the
+  weighted max usage with every signal, signals above 100 % included, which TransferShedder
+  reads). Why a state of its own rather than a column of ``broker``: a checkpoint written before
+  it existed keeps ``broker``'s schema and stays readable, and adding a state variable is what
+  ``transformWithStateInPandas`` accepts on an existing checkpoint; there, the average starts
+  from the broker's first report after the upgrade (the first-sample rule), while the others
+  carry on. A broker
   with no report for
   ``loadBalancerBrokerReportTimeoutSeconds`` of event time (the watermark, i.e. the other
   brokers' reports, moved past its last report plus the timeout) is forgotten and reported as
@@ -110,6 +117,7 @@ state the store may not have."""
 BROKER_STATE_SCHEMA = (
     "history_usage double, msg_throughput_ema double, event_ms bigint, timer_ms bigint"
 )
+BROKER_WEIGHTED_MAX_EMA_SCHEMA = "weighted_max_ema double"
 
 
 class LoadStateProcessor(StatefulProcessor):
@@ -130,6 +138,9 @@ class LoadStateProcessor(StatefulProcessor):
         )
         self.shard_delta = handle.getListState("shard_delta", SHARD_DELTA_SCHEMA)
         self.broker = handle.getValueState("broker", BROKER_STATE_SCHEMA)
+        self.broker_weighted_max_ema = handle.getValueState(
+            "broker_weighted_max_ema", BROKER_WEIGHTED_MAX_EMA_SCHEMA
+        )
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -326,10 +337,18 @@ class LoadStateProcessor(StatefulProcessor):
         prev = self.broker.get()
         usage = prev[0] if prev else None
         ema = prev[1] if prev else None
+        prev_wmax = self.broker_weighted_max_ema.get()
+        wmax = prev_wmax[0] if prev_wmax else None
         h = self.history_percentage
-        for u, thr in zip(pdf["usage"].tolist(), pdf["msg_throughput"].tolist(), strict=True):
+        for u, thr, w in zip(
+            pdf["usage"].tolist(),
+            pdf["msg_throughput"].tolist(),
+            pdf["weighted_max"].tolist(),
+            strict=True,
+        ):
             usage = history_usage(usage, u, h)
             ema = history_usage(ema, thr, h)
+            wmax = history_usage(wmax, w, h)
         last = pdf.iloc[-1]
         # the parse stage keeps only the latest report's document (earlier ones: None, or
         # their reportIssues alone)
@@ -343,7 +362,8 @@ class LoadStateProcessor(StatefulProcessor):
             timer_ms = event_ms + self.report_timeout_ms
             self.handle.registerTimer(timer_ms)
         self.broker.update((usage, ema, max(event_ms, prev[2] if prev else 0), timer_ms))
-        yield broker_row(BROKER, broker, event_ms, usage, ema, report)
+        self.broker_weighted_max_ema.update((wmax,))
+        yield broker_row(BROKER, broker, event_ms, usage, ema, report, wmax)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -362,8 +382,11 @@ class LoadStateProcessor(StatefulProcessor):
             self.handle.registerTimer(deadline)
             self.broker.update((usage, ema, event_ms, deadline))
             return
+        prev_wmax = self.broker_weighted_max_ema.get()
+        wmax = prev_wmax[0] if prev_wmax else usage  # none kept (an older checkpoint): unread
         self.broker.clear()
-        yield broker_row(BROKER_GONE, name[len(BROKER_PREFIX) :], event_ms, usage, ema, "")
+        self.broker_weighted_max_ema.clear()
+        yield broker_row(BROKER_GONE, name[len(BROKER_PREFIX) :], event_ms, usage, ema, "", wmax)
 
     def close(self) -> None:
         pass
@@ -430,8 +453,15 @@ def _tag_parts(tag: str) -> tuple[str, list[str]] | None:
 
 
 def broker_row(
-    kind: str, broker: str, event_ms: int, usage: float, ema: float, report: str
+    kind: str,
+    broker: str,
+    event_ms: int,
+    usage: float,
+    ema: float,
+    report: str,
+    weighted_max_ema: float,
 ) -> pd.DataFrame:
+    """One broker's output row: its averages and, for ``broker``, its last report's document."""
     return frame(
         OUTPUT_FIELDS,
         1,
@@ -440,5 +470,6 @@ def broker_row(
         event_ms=np.array([event_ms], dtype=np.int64),
         history_usage=np.array([usage], dtype=np.float64),
         msg_throughput_ema=np.array([ema], dtype=np.float64),
+        weighted_max_ema=np.array([weighted_max_ema], dtype=np.float64),
         doc=[report],
     )

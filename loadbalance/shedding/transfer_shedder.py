@@ -4,7 +4,10 @@
 The extensible load manager's shedder balances the *spread* of broker load rather than chasing
 one hot broker, so it also fixes clusters ThresholdShedder never touches (PIP-220's
 ``[12, 2, 1, 1] %`` and ``[50 x 5, 0] %``). Broker load ``L`` is ``weightedMaxEMA``
-(``BrokerView.history_usage``). One cycle:
+(``BrokerView.weighted_max_ema``): the history-weighted max weighted usage with every signal as
+it is, so a broker at 120 % CPU and 30 % bandwidth reads 1.2, not the 0.3 of the within-limit
+reading ThresholdShedder uses (which would make it look like the least loaded broker). One
+cycle:
 
 1. Load data: a broker whose data is older than ``loadBalancerBrokerLoadDataTTLInSeconds`` is
    left out (skip ``OutDatedData``); a non-finite load stops the cycle (``NoLoadData``); fewer
@@ -194,7 +197,7 @@ class _LoadStats:
 
     def __init__(self, brokers: list[BrokerView], config: LoadBalancerConfig) -> None:
         self.brokers = brokers
-        self.loads = [b.history_usage for b in brokers]
+        self.loads = [b.weighted_max_ema for b in brokers]
         n = len(brokers)
         self.avg = sum(self.loads) / n
         self.sq_sum = sum(x * x for x in self.loads)
@@ -351,7 +354,7 @@ class TransferShedder:
         fresh = self._fresh_brokers(view, config, recent, now_ms, skips)
         if fresh is None:  # cool-down, already recorded as a skip
             return stop(state.hit_count)
-        if any(not math.isfinite(b.history_usage) for b in fresh.values()):
+        if any(not math.isfinite(b.weighted_max_ema) for b in fresh.values()):
             return stop(state.hit_count, SkipReason.NO_LOAD_DATA, "a broker's load is not a number")
         if len(fresh) < 2:
             return stop(
@@ -359,7 +362,7 @@ class TransferShedder:
             )
 
         stats = _LoadStats(
-            sorted(fresh.values(), key=lambda b: (b.history_usage, b.broker)), config
+            sorted(fresh.values(), key=lambda b: (b.weighted_max_ema, b.broker)), config
         )
         if stats.reason() is None:
             return stop(0, SkipReason.BALANCED, stats.describe())

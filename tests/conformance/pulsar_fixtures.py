@@ -89,8 +89,15 @@ def view_of(
             last_update_ms=spec.updated_at_ms,
         )
         ema = spec.thr_in + out if spec.thr_ema is None else spec.thr_ema
+        # ``load`` is both readings: TransferShedder's tests set ``weightedMaxEMA``, the
+        # modular shedders' tests the within-limit history usage
         views[name] = BrokerView(
-            report, spec.load, ema, TimeAverageBrokerData(), spec.updated_at_ms
+            report,
+            spec.load,
+            ema,
+            TimeAverageBrokerData(),
+            spec.updated_at_ms,
+            weighted_max_ema=spec.load,
         )
         for b, s in spec.bundles.items():
             data.setdefault(b, BundleData.new().update(s))

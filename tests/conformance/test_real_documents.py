@@ -219,7 +219,7 @@ def test_streaming_parse_makes_a_report_row(name: str) -> None:
     assert rows[0][1] == REPORT and rows[0][2] == e.broker
     assert [r[1] for r in rows[1:]] == [SAMPLES] * len(rows[1:])
     assert len(rows) - 1 == len({shard_of(b, SETTINGS.n_shards) for b in e.bundles})
-    doc = json.loads(rows[0][8])
+    doc = json.loads(rows[0][-1])
     assert doc.get("reportIssues", {}) == {k: 1 for k in e.issues}
     # the row's document is re-read by the driver and the snapshot: same figures
     again = decode_report(json.dumps(doc), e.broker)

@@ -24,7 +24,10 @@ from dataclasses import replace
 
 import pytest
 
+from loadbalance.cycle import ingest_kwargs
+from loadbalance.model import ResourceUsage
 from loadbalance.shedding.transfer_shedder import TransferShedderState, _LoadStats
+from loadbalance.view import LoadState, build_view, ingest_many
 from tests.conformance.pulsar_fixtures import (
     NOW_MS,
     Broker,
@@ -486,3 +489,27 @@ def test_load_stats_variance(loads: list[int], avg: float, std: float) -> None:
     view = view_of({f"broker{i}:8080": Broker(x / 100) for i, x in enumerate(loads)})
     stats = load_stats(view)
     assert (stats.avg, stats.std) == pytest.approx((avg, std), abs=1e-9)
+
+
+def test_a_broker_over_100_percent_on_one_signal_is_not_the_least_loaded() -> None:
+    """``BrokerLoadData.updateWeightedMaxEMA`` folds ``getMaxResourceUsageWithWeight``, every
+    signal as it is: a broker at 120 % CPU and 30 % bandwidth reads 1.2, not the 0.3 of the
+    within-limit reading (``history_usage``), which would make it the least loaded broker and
+    the destination of a transfer. The view is made by the fold itself (``ingest_many``,
+    ``build_view``), so the reading TransferShedder ranks by is the one the fold keeps."""
+    bw = ResourceUsage(30.0, 100.0)
+    brokers = {
+        b(1): Broker(0.0, two_bundles("my-namespaceA", 2e6, 6e6), cpu=ResourceUsage(120, 100)),
+        b(2): Broker(0.0, two_bundles("my-namespaceB", 2e6, 7e6), cpu=ResourceUsage(80, 100)),
+        b(3): Broker(0.0, two_bundles("my-namespaceC", 1e6, 2e6), cpu=ResourceUsage(50, 100)),
+    }
+    for spec in brokers.values():
+        spec.bandwidth_in = spec.bandwidth_out = bw
+    reports = [v.report for v in view_of(brokers).brokers.values()]
+    knobs = config(**HIT0)
+    state = ingest_many(LoadState(), reports, received_at_ms=NOW_MS, **ingest_kwargs(knobs))
+    view = build_view(state)
+    hot = view.brokers[b(1)]
+    assert (hot.history_usage, hot.weighted_max_ema) == pytest.approx((0.3, 1.2))
+    _, res = shed("TransferShedder", view, **HIT0)
+    assert moves(res) == {(b(1), "my-tenant/my-namespaceA/0x00000000_0x0fffffff", b(3))}

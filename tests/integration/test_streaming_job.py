@@ -230,7 +230,10 @@ def test_state_averages_equal_the_pure_time_average_fold(
             }
             if i >= 7 and b == 0:
                 stats.pop(names[0])
-            reports.append(_report(f"b{b}:8080", 20.0 + 3 * i + b, stats))
+            # b1 runs past 100 % CPU from the 6th round: its within-limit history usage then
+            # reads its bandwidth, its weightedMaxEMA the CPU
+            cpu = 80.0 + 5 * i if b == 1 else 20.0 + 3 * i + b
+            reports.append(_report(f"b{b}:8080", cpu, stats))
     ts = [T0_MS + k * 1000 for k in range(len(reports))]
     _publish(
         kafka_bootstrap,
@@ -258,6 +261,8 @@ def test_state_averages_equal_the_pure_time_average_fold(
     for name, load in pure.brokers.items():
         assert _close(brokers[name]["historyUsage"], load.history_usage)
         assert _close(brokers[name]["msgThroughputEma"], load.msg_throughput_ema)
+        assert _close(brokers[name]["weightedMaxEma"], load.weighted_max_ema)
+    assert pure.brokers["b1:8080"].weighted_max_ema > 1.0 > pure.brokers["b1:8080"].history_usage
     assert _snapshot_bundles(fresh_redis, config.redis_key_prefix)[names[0]]["broker"] == "b2:8080"
     # the new checkpoint dealt its 4 shards out over the 2 state partitions (keys s:1.1 and
     # s:3.6 carry a salt), and the snapshot names the shards s:<n> all the same

@@ -106,7 +106,7 @@ def test_outdated_brokers_are_left_out_and_too_few_fresh_ones_stop_the_cycle() -
 
 def test_missing_load_data_stops_the_cycle() -> None:
     view = cluster(B(0.9, [30 * MB] * 3), B(0.1, [MB, MB]))
-    nan = replace(view.brokers["b01"], history_usage=math.nan)
+    nan = replace(view.brokers["b01"], weighted_max_ema=math.nan)
     res = once("TransferShedder", replace(view, brokers={**view.brokers, "b01": nan}))
     assert reasons(res) == ["NoLoadData"]
 
