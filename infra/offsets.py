@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from infra.kafka_auth import list_topics
 from infra.topics import kafka_client_config
 
 __all__ = [
@@ -57,7 +58,7 @@ def partitions_for(
     """Partition ids of ``topic`` from a metadata request (raises if the topic is unknown)."""
 
     admin = AdminClient(kafka_client_config(bootstrap_servers, client_config))
-    metadata = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    metadata = list_topics(admin, topic, timeout_s).topics.get(topic)  # a refusal raises
     if metadata is None or metadata.error is not None:
         raise KafkaException(metadata.error if metadata else f"unknown topic {topic}")
     return sorted(metadata.partitions)
