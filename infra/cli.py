@@ -30,12 +30,26 @@ STATE_FILE = "state.json"
 _EXPECTED_COMMAND = {"kafka": "java", "redis": "redis-server"}
 
 
+HELP = """\
+Start, stop or inspect an embedded Apache Kafka broker (KRaft) and Redis for a demo on a
+machine without Docker.
+
+  up      start both services in the background on free loopback ports and print their
+          addresses; pids, ports and URLs are kept in <state-dir>/state.json
+  status  say which services are running (exit status 3 if not all are)
+  down    stop them (SIGTERM, then SIGKILL) and remove the state file
+
+Kafka keeps its log under <state-dir>/kafka-1. Redis writes an append-only file under
+<state-dir>/redis-data unless --no-redis-aof is given.
+"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``infra`` with the verbs ``up``, ``down`` and ``status``."""
     parser = subparsers.add_parser(
         "infra",
         help="start, stop or inspect the embedded Apache Kafka broker and Redis",
-        description=__doc__,
+        description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = parser.add_subparsers(dest="infra_verb", metavar="VERB", required=True)

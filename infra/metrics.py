@@ -31,6 +31,10 @@ Who counts what (so that a sum over processes never counts one thing twice):
 - a broker agent exports its own host usage under the ``pulsar_lb_*`` names (as a Pulsar broker
   does), its reports and its lease renewals; the simulator its cycles and reports.
 
+Each process serves only its own families (``ROLE_FAMILIES``, chosen by the command's name in
+``serve_from_args``): every object is defined here, but the controller's endpoint carries no
+stream gauges at zero, and the stream's no controller counters.
+
 Updating a metric costs a lock and an add; callers update per batch or per cycle, never per record,
 so the hot path is not measurably slower.
 
@@ -54,6 +58,7 @@ from typing import Any
 
 from prometheus_client import (
     REGISTRY,
+    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
@@ -371,6 +376,46 @@ def record_splits(reasons: Iterable[str], result: str = "Success") -> None:
 # The HTTP exporter
 # --------------------------------------------------------------------------------------------
 
+_USAGE = ("pulsar_lb_cpu_usage", "pulsar_lb_memory_usage", "pulsar_lb_directMemory_usage",
+          "pulsar_lb_bandwidth_in_usage", "pulsar_lb_bandwidth_out_usage",
+          "pulsar_lb_resource_usage")  # fmt: skip
+
+#: Which metric families each process exports (name prefixes): a process serves its own
+#: families only, so a scrape of the controller shows no zero-valued stream gauges that a
+#: dashboard would sum or alert on. A role not listed here exports every family.
+ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
+    "stream": (*_USAGE, "pulsar_lb_resource_usage_stats", "pulsar_lb_unload_",
+               "pulsar_lb_bundles_split", "lbctl_stream_", "lbctl_decisions_published",
+               "lbctl_report_issues"),
+    "control": ("lbctl_control_", "lbctl_ownership_events_", "lbctl_lookup",
+                "pulsar_lb_assign_broker_breakdown"),
+    "agent": (*_USAGE, "lbctl_agent_", "lbctl_lease_renewals", "lbctl_report_issues"),
+    "simulate": (*_USAGE, "lbctl_simulator_"),
+}  # fmt: skip
+
+
+class _RoleCollector:
+    """The families of ``REGISTRY`` whose names start with one of ``prefixes``."""
+
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        self.prefixes = prefixes
+
+    def collect(self) -> Iterable[Any]:
+        for family in REGISTRY.collect():
+            if family.name.startswith(self.prefixes):
+                yield family
+
+
+def role_registry(role: str | None) -> Any:
+    """The registry a process of ``role`` serves: only its families (``ROLE_FAMILIES``)."""
+    prefixes = ROLE_FAMILIES.get(role or "")
+    if prefixes is None:
+        return REGISTRY
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_RoleCollector(prefixes))
+    return registry
+
+
 _servers: list = []
 _urls: list[str] = []
 _servers_lock = threading.Lock()
@@ -382,7 +427,7 @@ def served_urls() -> list[str]:
         return list(_urls)
 
 
-def serve(port: int | None, addr: str = "127.0.0.1") -> int | None:
+def serve(port: int | None, addr: str = "127.0.0.1", role: str | None = None) -> int | None:
     """Start the ``/metrics`` HTTP exporter on a daemon thread; return the bound port.
 
     ``None`` means metrics are off (nothing is started, ``None`` is returned); ``0`` binds a free
@@ -391,7 +436,7 @@ def serve(port: int | None, addr: str = "127.0.0.1") -> int | None:
     """
     if port is None:
         return None
-    httpd, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
+    httpd, _thread = start_http_server(port, addr=addr, registry=role_registry(role))
     bound = int(httpd.server_port)
     shown = f"[{addr}]" if ":" in addr else addr
     with _servers_lock:
@@ -429,5 +474,10 @@ def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def serve_from_args(args: argparse.Namespace) -> int | None:
-    """``serve`` with the options ``add_metrics_argument`` added."""
-    return serve(getattr(args, "metrics_port", None), getattr(args, "metrics_addr", "127.0.0.1"))
+    """``serve`` with the options ``add_metrics_argument`` added, for the command's role (its
+    name: ``stream``, ``control``, ``agent``, ``simulate``)."""
+    return serve(
+        getattr(args, "metrics_port", None),
+        getattr(args, "metrics_addr", "127.0.0.1"),
+        role=getattr(args, "command", None),
+    )

@@ -23,6 +23,16 @@ from producers import scoreboard
 from producers.scenarios import available_scenarios
 
 DEFAULT_OUT = Path(".lbctl/bench")
+BALANCE_HELP = """\
+Score balance quality per scenario and strategy pair.
+
+Without --live, every scenario runs under every strategy pair in the fast in-memory model, and
+JSON, Markdown and PNG results are written to --out. With --live, every scenario runs through
+the real pipeline (embedded Kafka and Redis, the Spark job, the controller) under one pair,
+beside the fast run of the same scenario, seed and pair; the side-by-side table is written to
+OUT/live.md and OUT/live.json. A live run takes minutes per scenario (one Spark micro-batch per
+cycle); progress goes to stderr.
+"""
 
 
 def _csv(value: str) -> list[str]:
@@ -38,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bal = bench_sub.add_parser(
         "balance",
         help="run every scenario under every strategy pair and score balance quality",
-        description=__doc__,
+        description=BALANCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bal.add_argument("--scenarios", type=_csv, default=None, help="comma list (default: all)")

@@ -1,4 +1,5 @@
-"""``lbctl config show``: print the effective configuration, knob by knob.
+"""``lbctl config show``: print the effective configuration, knob by knob (of a named preset
+with ``--preset``, ``lbctl.presets``).
 
 How the configuration is loaded (``broker.conf``, ``LB_*`` environment variables, ``--set``;
 problems reported in one line that names the knob, exit code 2) is ``infra.config_loading``,
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.config_loading import add_config_arguments, load_from_args
+from lbctl.presets import preset_path
 from loadbalance.config import ConfigError, config_rows, knob_status
 
 
@@ -24,17 +26,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = sub.add_parser(
         "show",
         help="print every knob with its value, default and meaning (secrets masked)",
-        description="Print the effective configuration: defaults < --config file < LB_* "
+        description="Print the effective configuration: defaults < --config file (or --preset) "
+        "< LB_* "
         "environment variables < --set overrides. Secrets are shown as ******. Status 'inert' "
         "marks a recognised Pulsar knob that has no effect here; its meaning says why.",
     )
     add_config_arguments(show)
+    show.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help="show a named preset (conf/NAME.conf, e.g. demo: the settings lbctl run uses) "
+        "instead of --config",
+    )
     show.add_argument("--json", action="store_true", help="print a JSON object knob -> value")
     show.set_defaults(func=run_show)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 
 def run_show(args: argparse.Namespace) -> int:
+    if args.preset is not None:
+        try:
+            args.config = preset_path(args.preset)
+        except ValueError as e:
+            print(f"lbctl config: {e}", file=sys.stderr)
+            return 2
     try:
         config = load_from_args(args)
     except ConfigError as e:

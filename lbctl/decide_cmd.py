@@ -49,11 +49,28 @@ from loadbalance.snapshot import (
 MINUTE_MS = 60_000
 
 
+HELP = """\
+Run the load balancer's policies offline on a cluster snapshot file (docs/snapshot-format.md)
+and print each decision as one JSON line. No Spark, Kafka or Redis is needed.
+
+The snapshot's config overrides apply first, then --config and --set. Each cycle advances
+virtual time by the shedding interval, so strategies that wait for several hits (such as
+TransferShedder) can fire. Skipped candidates go to stderr, or into the JSON output with
+--skips. A snapshot that fails validation ends the command with exit status 2 and one line
+naming the JSON path of the problem.
+
+--lookup BUNDLE (repeatable) answers lookups instead of running cycles: one JSON line per
+bundle, {"bundle", "candidates", "owner", "reason"?, "alreadyOwned"?}, placed as the controller
+would. A bundle a live broker already reports keeps that owner; "owner" is null with a "reason"
+when no broker is eligible.
+"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "decide",
         help="run the configured policies on a snapshot file and print the decisions",
-        description=__doc__,
+        description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(

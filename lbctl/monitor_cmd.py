@@ -44,6 +44,30 @@ from lbctl.plots import UsageHistory, write_usage_png
 from loadbalance.config import ConfigError, redact_url
 from loadbalance.values import OutcomeKind
 
+HELP = """\
+Watch the cluster as the load balancer sees it, from Redis (and Kafka for the job's lag); the
+same view as pulsar-perf monitor-brokers, plus the state of every service.
+
+  services   Kafka and Redis reachable or not, the streaming job's last batch by the job's own
+             clock, each controller's last poll and sweep. Anything down or stale is shown in
+             red and named on a TROUBLE line.
+  brokers    one row per broker: CPU, memory, direct memory, bandwidth in/out and the largest
+             of them in percent, topics, bundles owned, producers, consumers, message rates and
+             throughput. Red: at or above loadBalancerBrokerOverloadedThresholdPercentage;
+             yellow: above the mean times loadBalancerBalancedMaxOverMean; dim: reports
+             stopped. Terminals under 120 columns get the ten most useful columns.
+  decisions  the latest decisions: kind, bundle, brokers, the measured condition behind the
+             decision, and how it ended.
+  health     usage spread, leases ending within --expiring-within seconds, bundles without a
+             live owner, brokers whose registration expired or whose reports stopped.
+
+--once prints one view and exits (status 1 if Redis does not answer); --json prints the same
+data as one JSON document per refresh; --record FILE.png writes a usage picture at the end,
+with the periods a service was in trouble shaded. Piped output is never cut to the terminal
+width.
+"""
+
+
 WIDE_COLUMNS = 120  # from this terminal width on, every pulsar-perf column is shown
 FROZEN_BY = ("kafka", "redis", "stream")  # down or stale: the usage read is not current
 PIPED_WIDTH = 400  # piped output: wide enough for every column and the longest status line
@@ -54,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "monitor",
         help="live broker table, latest decisions, lease/registry health and stream lag "
         "(pulsar-perf monitor-brokers)",
-        description=__doc__,
+        description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")

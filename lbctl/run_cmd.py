@@ -48,6 +48,7 @@ from infra.config_loading import add_config_arguments, ensure_pipeline_topics, l
 from infra.embedded import EmbeddedKafka, EmbeddedRedis, ServiceError
 from lbctl.monitor_cmd import build_monitor, plain_line, record, render
 from lbctl.plots import UsageHistory, write_usage_png
+from lbctl.presets import DEMO, preset_path
 from lbctl.run_fast import DEFAULT_RUN_ROOT, run_fast
 from lbctl.supervisor import SPARK_ENV, Supervisor, lbctl_argv
 from loadbalance.config import ConfigError, LoadBalancerConfig, knob_text
@@ -56,14 +57,29 @@ from metadata_store.progress import RedisProgress
 from producers import scoreboard
 from producers.scenarios import load_scenario
 
+HELP = """\
+Run the whole product in one command, with a live view: Apache Kafka and Redis (embedded on
+free loopback ports unless --bootstrap-servers / --redis-url or the configuration name real
+ones), the streaming job (lbctl stream), the controller (lbctl control) and a simulated
+cluster (lbctl simulate) playing SCENARIO. The simulator starts once the streaming query has
+started. Knob settings come from the demo preset (conf/demo.conf) unless --config is given,
+then the scenario's and the strategy pair's, then --set.
+
+The live view is lbctl monitor's. Every process logs to a run folder (.lbctl/run/<time>/ by
+default). Ctrl-C stops every process within a few seconds. With --duration or --cycles the run
+ends by itself and prints a summary: decisions applied by kind, the usage spread at start and
+end, when the first batch came and when the cluster first counted as balanced, and every period
+a service was down or stale. --json prints that summary as JSON on stdout (status lines go to
+stderr). usage.png in the run folder (or --plot FILE) shows broker usage over time with the
+applied decisions and the periods of trouble.
+
+--fast runs the in-memory closed-loop simulator instead (no Kafka, Spark or Redis): the same
+policies, for comparing strategies, with virtual minutes on the picture's time axis; it pauses
+--interval-seconds per virtual minute (0.5 by default).
+"""
+
 DEFAULT_SCENARIO = "hot_bundle"
 DEFAULT_PAIR = "ours"
-# Knobs for demo speed, under the pair's and before the user's --set. Empty on purpose: with
-# --cycle-seconds 2 a virtual minute passes every 2 s, so Pulsar's one-minute split and shedding
-# intervals already fire every cycle and the 30-minute grace period lasts a minute of wall time,
-# so hot_bundle splits at the first streaming batch and balances with Pulsar's own defaults
-# (times in README, "lbctl run").
-DEMO_KNOBS: dict[str, str] = {}
 QUERY_START_LIMIT_S = 180.0  # the simulator waits at most this for the job's query to start
 CATCH_UP_LIMIT_S = 240.0  # after the simulator's last cycle, wait at most this for the job
 
@@ -82,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run the main job: Kafka, Redis, the streaming job, the controller and a "
         "simulated cluster, with a live monitor",
-        description=__doc__,
+        description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -167,9 +183,10 @@ def run(args: argparse.Namespace) -> int:
 
 # -- the live pipeline ---------------------------------------------------------------------
 def _knob_sets(args: argparse.Namespace) -> list[str] | None:
-    """The scenario's knobs, then the pair's, then demo knobs, then the user's ``--set`` (last
-    wins), for every child: a scenario's own knobs must reach the job and the controller as
-    they reach the fast model, or the two would play different policies."""
+    """The scenario's knobs, then the pair's, then the user's ``--set`` (last wins), over the
+    ``--config`` file (the demo preset by default), for every child: a scenario's own knobs
+    must reach the job and the controller as they reach the fast model, or the two would play
+    different policies."""
 
     pair = scoreboard.PAIRS.get(args.pair)
     if pair is None:
@@ -181,7 +198,6 @@ def _knob_sets(args: argparse.Namespace) -> list[str] | None:
         scenario_knobs = {}
     knobs = {k: knob_text(v) for k, v in scenario_knobs.items()}
     knobs.update({k: knob_text(v) for k, v in pair.overrides.items()})
-    knobs.update(DEMO_KNOBS)
     return [f"{k}={v}" for k, v in knobs.items()] + list(args.set or [])
 
 
@@ -194,6 +210,8 @@ def run_live(args: argparse.Namespace) -> int:
     sets = _knob_sets(args)
     if sets is None:
         return 2
+    if args.config is None:  # the demo preset: the same file an operator uses by hand
+        args.config = preset_path(DEMO)
     try:
         load_scenario(args.scenario, args.seed)
         config = load_from_args(argparse.Namespace(config=args.config, set=sets))
