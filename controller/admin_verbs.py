@@ -47,6 +47,17 @@ from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
 
 Rows = list[dict[str, Any]]
+
+
+class PulsarShaped(list):
+    """Table rows that print, with ``--json``, as the document pulsar-admin prints for the same
+    verb (``pulsar_json``), so scripts written against pulsar-admin parse it unchanged."""
+
+    def __init__(self, rows: list[dict[str, Any]], pulsar_json: Any) -> None:
+        super().__init__(rows)
+        self.pulsar_json = pulsar_json
+
+
 BUNDLE_TYPES = ("LARGEST", "HOT")
 _URL_SCHEMES = ("http://", "https://")
 
@@ -441,7 +452,9 @@ def add_brokers_list_arguments(p: argparse.ArgumentParser) -> None:
 def brokers_list(
     store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
 ) -> Rows:
-    return [{"broker": b} for b in store.live_brokers(now_ms())]
+    brokers = store.live_brokers(now_ms())
+    # pulsar-admin brokers list: a JSON array of "host:port" strings
+    return PulsarShaped([{"broker": b} for b in brokers], list(brokers))
 
 
 def add_load_report_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ the change to the ownership-events topic when Kafka is configured (``--bootstrap
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import random
 import sys
@@ -267,15 +268,37 @@ def _run(func: Any, args: argparse.Namespace) -> int:
 
 def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(rows, indent=2, sort_keys=True))
+        doc = rows.pulsar_json if isinstance(rows, av.PulsarShaped) else rows
+        print(json.dumps(doc, indent=2, sort_keys=True))
         return
 
     table = Table()
     for col in rows[0] if rows else ["(none)"]:
-        table.add_column(col)
+        table.add_column(_human_column(col), overflow="fold")
     for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    Console(width=160).print(table)
+        table.add_row(*(_human_cell(k, v) for k, v in row.items()))
+    console = Console(width=160) if Console().is_terminal else Console(width=400, soft_wrap=True)
+    console.print(table)
+
+
+def _human_column(key: str) -> str:
+    """``expiresAtMs`` -> ``expiresAt``: the cell shows an ISO 8601 time, not milliseconds."""
+    return key[:-2] if key.endswith("AtMs") else key
+
+
+def _human_cell(key: str, value: Any) -> str:
+    """A table cell: epoch milliseconds as ISO 8601 (UTC), a bundle without owner as free."""
+    if value is None:
+        return "free" if key == "owner" else "-"
+    if key.endswith("AtMs") and isinstance(value, int) and value > 0:
+        return iso_ms(value)
+    return str(value)
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC, to the millisecond (``2026-11-27T10:00:00.123Z``)."""
+    stamp = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def _ns_list(
@@ -288,11 +311,14 @@ def _ns_bundles(
     store: OwnershipStore, args: argparse.Namespace, config: LoadBalancerConfig
 ) -> list[dict[str, Any]]:
     nb = _require(store, args.namespace)
-    return [
+    rows = [
         {"bundle": r.name, "lower": f"0x{r.lower:08x}", "upper": f"0x{r.upper:08x}",
          "version": nb.version}
         for r in nb.bundles
     ]  # fmt: skip
+    # pulsar-admin namespaces bundles: BundlesData {"boundaries": [...], "numBundles": N}
+    boundaries = [f"0x{b:08x}" for b in nb.boundaries]
+    return av.PulsarShaped(rows, {"boundaries": boundaries, "numBundles": len(rows)})
 
 
 def _lease_row(bundle: str, lease: Lease | None) -> dict[str, Any]:

@@ -25,11 +25,10 @@ def test_namespace_lifecycle_lookup_owners_split_and_unload(
     code, out, _ = _run(capsys, "namespaces", "create", "acme/web", "--bundles", "2", *u)
     assert code == 0 and "acme/web" in out
     code, out, _ = _run(capsys, "namespaces", "bundles", "acme/web", "--json", *u)
-    rows = json.loads(out)
-    assert [r["bundle"] for r in rows] == [
-        "acme/web/0x00000000_0x80000000",
-        "acme/web/0x80000000_0xffffffff",
-    ]
+    assert json.loads(out) == {  # pulsar-admin's BundlesData
+        "boundaries": ["0x00000000", "0x80000000", "0xffffffff"],
+        "numBundles": 2,
+    }
     code, out, _ = _run(capsys, "lookup", "persistent://acme/web/orders", "--json", *u)
     assert code == 0 and json.loads(out)[0]["owner"] is None
     store = RedisStore(fresh_redis)
@@ -47,7 +46,7 @@ def test_namespace_lifecycle_lookup_owners_split_and_unload(
     code, out, _ = _run(capsys, "split-bundle", "acme/web", "-b", "0x80000000_0xffffffff", *u)
     assert code == 0 and "0xbfffffff" in out
     code, out, _ = _run(capsys, "brokers", "list", "--json", *u)
-    assert [r["broker"] for r in json.loads(out)] == ["b1", "b2"]
+    assert json.loads(out) == ["b1", "b2"]  # pulsar-admin brokers list: an array of strings
 
 
 def test_errors_name_the_problem_and_exit_non_zero(
