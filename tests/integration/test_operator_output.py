@@ -39,5 +39,5 @@ def test_piped_monitor_output_is_not_cut_at_80_columns(redis_url: str, fresh_red
         lbctl_argv("monitor", "--once", "--redis-url", redis_url),
         capture_output=True, text=True, timeout=60, check=False,
     ).stdout  # fmt: skip
-    assert max(len(line) for line in out.splitlines()) > 80
+    assert "KB/s in" in out  # every pulsar-perf column: rich would have assumed 80 columns
     assert "…" not in out
