@@ -31,7 +31,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import redis
@@ -110,6 +110,9 @@ class DecisionRow:
     source: str
     destination: str
     decision_id: str
+    # what the monitor measured when it first read the decision ("b3 at 44.8 % is 1.21x the
+    # mean (37.0 %)"): shown to operators, where a reason name alone can read false
+    condition: str = ""
 
 
 @dataclass(frozen=True)
@@ -348,6 +351,24 @@ def decision_row(fields: Mapping[bytes, bytes]) -> DecisionRow:
     )
 
 
+def measured_condition(row: DecisionRow, usage: Mapping[str, float]) -> str:
+    """The measured condition behind a move, for operators: the source broker's largest usage
+    and its ratio to the mean of all brokers (and the destination's usage), from the reports
+    read with the decision. The decision record keeps Pulsar's reason name; a name such as
+    "Overloaded" can read false for a broker at 45 % in a cluster whose mean is 37 %. Splits
+    and other kinds keep their reason name, which already names the measured quantity."""
+    if row.kind not in ("unload", "transfer") or row.source not in usage or not usage:
+        return row.decision_reason
+    mean = statistics.fmean(usage.values())
+    src = usage[row.source]
+    text = f"{row.source} at {src:.1f} %"
+    if mean > 0:
+        text += f" is {src / mean:.2f}x the mean ({mean:.1f} %)"
+    if row.destination in usage:
+        text += f"; {row.destination} at {usage[row.destination]:.1f} %"
+    return text
+
+
 @dataclass
 class Monitor:
     """Reads snapshots from one Redis under one key prefix; keeps the outcome counts.
@@ -390,7 +411,7 @@ class Monitor:
 
         return cls(redis.Redis.from_url(url, socket_timeout=5, **redis_kwargs), prefix)
 
-    def _read_outcomes(self) -> list[DecisionRow]:
+    def _read_outcomes(self, usage: Mapping[str, float]) -> list[DecisionRow]:
         new: list[DecisionRow] = []
         while True:
             entries = self.store.outcomes.read_after(self._last_id, 1000)
@@ -399,6 +420,7 @@ class Monitor:
             for entry_id, fields in entries:
                 self._last_id = entry_id
                 row = decision_row(fields)
+                row = replace(row, condition=measured_condition(row, usage))
                 self._outcomes[row.outcome] = self._outcomes.get(row.outcome, 0) + 1
                 if row.outcome == OutcomeKind.APPLIED:
                     self._applied[row.kind] = self._applied.get(row.kind, 0) + 1
@@ -476,7 +498,6 @@ class Monitor:
     def _read(self) -> Snapshot:
         """One consistent-enough read (several keys, no transaction: it is a display)."""
         now_ms = self.clock_ms()
-        new = self._read_outcomes()
         server_ms = self._server_ms()
         owned, n_bundles, n_owned, soon = self._leases(server_ms)
         registered, live, expired = self._registry(server_ms)
@@ -489,6 +510,7 @@ class Monitor:
                 continue
             if isinstance(doc, dict):
                 rows.append(broker_row(name, doc, owned.get(name, 0)))
+        new = self._read_outcomes({r.broker: r.max_pct for r in rows})
         progress = RedisProgress(self.client, self.prefix)
         batch, event_ms = progress.batch_and_clock()
         wall_ms = progress.committed_wall_ms()

@@ -421,7 +421,8 @@ def decisions_table(s: Snapshot) -> Any:
         moved = f"{d.source or '-'} -> {d.destination}" if d.destination else d.source or "-"
         outcome = d.outcome + (f": {d.reason}" if d.reason else "")
         style = _OUTCOME_STYLE.get(d.outcome, "dim")
-        table.add_row(_clock(d.at_ms), d.kind, d.bundle, moved, d.decision_reason or "-",
+        table.add_row(_clock(d.at_ms), d.kind, d.bundle, moved,
+                      d.condition or d.decision_reason or "-",
                       f"[{style}]{outcome}[/]")  # fmt: skip
     return table
 
