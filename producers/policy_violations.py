@@ -80,6 +80,52 @@ def _uneven(counts: Mapping[str, int]) -> tuple[str, str] | None:
     return (hi, lo) if counts[hi] - counts[lo] >= 2 else None
 
 
+def _group_violations(
+    key: str,
+    members: Collection[str],
+    served: Mapping[str, set[str]],
+    live: Collection[str],
+    policies: PlacementPolicies,
+    domains_enabled: bool,
+) -> list[Violation]:
+    """The anti-affinity and failure-domain violations of one anti-affinity group (``key``, its
+    casefolded name): ``members`` are its namespaces, ``served`` maps each live broker to the
+    group's namespaces it serves. Only live brokers some member may use count, so a namespace
+    kept off a broker by isolation does not make the group look uneven."""
+    out: list[Violation] = []
+    usable = sorted(
+        b for b in live if any(_allowed_by_isolation(ns, b, policies) for ns in members)
+    )
+    per_broker = {b: len(served.get(b, ())) for b in usable}
+    pair = _uneven(per_broker)
+    if pair is not None:
+        hi, lo = pair
+        out.append(
+            Violation(
+                ANTI_AFFINITY,
+                key,
+                f"{hi} serves {per_broker[hi]} namespaces of the group, {lo} {per_broker[lo]}",
+            )
+        )
+    if domains_enabled and policies.failure_domains:
+        per_domain: dict[str, int] = {}
+        for b in usable:
+            domain = policies.domain_of(b) or DEFAULT_DOMAIN
+            per_domain[domain] = per_domain.get(domain, 0) + per_broker[b]
+        pair = _uneven(per_domain)
+        if pair is not None:
+            hi, lo = pair
+            out.append(
+                Violation(
+                    FAILURE_DOMAIN,
+                    key,
+                    f"domain {hi} serves {per_domain[hi]} namespaces of the group, "
+                    f"{lo} {per_domain[lo]}",
+                )
+            )
+    return out
+
+
 def find_violations(
     owners: Mapping[str, str],
     live: Collection[str],
@@ -114,39 +160,10 @@ def find_violations(
             if owner in live_set:
                 group_brokers.setdefault(key, {}).setdefault(owner, set()).add(ns)
     for key in sorted(group_members):
-        usable = sorted(
-            b
-            for b in live_set
-            if any(_allowed_by_isolation(ns, b, policies) for ns in group_members[key])
-        )
         served = group_brokers.get(key, {})
-        per_broker = {b: len(served.get(b, ())) for b in usable}
-        pair = _uneven(per_broker)
-        if pair is not None:
-            hi, lo = pair
-            out.append(
-                Violation(
-                    ANTI_AFFINITY,
-                    key,
-                    f"{hi} serves {per_broker[hi]} namespaces of the group, {lo} {per_broker[lo]}",
-                )
-            )
-        if domains_enabled and policies.failure_domains:
-            per_domain: dict[str, int] = {}
-            for b in usable:
-                domain = policies.domain_of(b) or DEFAULT_DOMAIN
-                per_domain[domain] = per_domain.get(domain, 0) + per_broker[b]
-            pair = _uneven(per_domain)
-            if pair is not None:
-                hi, lo = pair
-                out.append(
-                    Violation(
-                        FAILURE_DOMAIN,
-                        key,
-                        f"domain {hi} serves {per_domain[hi]} namespaces of the group, "
-                        f"{lo} {per_domain[lo]}",
-                    )
-                )
+        out.extend(
+            _group_violations(key, group_members[key], served, live_set, policies, domains_enabled)
+        )
     return out
 
 
