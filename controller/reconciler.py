@@ -58,6 +58,30 @@ def _bundles_of(d: Decision) -> list[str]:
     return [d.bundle, d.merge_bundle] if d.kind == MERGE and d.merge_bundle else [d.bundle]
 
 
+def _kept_children_events(
+    store: OwnershipStore,
+    d: Decision,
+    children: tuple[str, ...],
+    parent: Lease,
+    now_ms: int,
+) -> list[OwnershipEvent]:
+    """An ``assigned`` event for each child of the split ``d`` that the parent's broker holds
+    now (read after applying): the children kept by the parent's owner are new bundles, so
+    the event stream must say who owns them."""
+    events: list[OwnershipEvent] = []
+    for child in children:
+        lease = store.owner(child, now_ms)
+        if lease is not None and lease.broker == parent.broker:
+            events.append(
+                OwnershipEvent(
+                    ASSIGNED, child, now_ms, new_owner=lease.broker,
+                    new_token=lease.token, decision_id=d.id,
+                    reason=f"split of {d.bundle}",
+                )
+            )  # fmt: skip
+    return events
+
+
 def decision_events(
     store: OwnershipStore,
     d: Decision,
@@ -105,16 +129,7 @@ def decision_events(
         events = [ev(SPLIT_EVENT, d.bundle, children=children)]
         parent = before.get(d.bundle) if kept_children else None
         if parent is not None:
-            for child in children:
-                lease = store.owner(child, now_ms)
-                if lease is not None and lease.broker == parent.broker:
-                    events.append(
-                        OwnershipEvent(
-                            ASSIGNED, child, now_ms, new_owner=lease.broker,
-                            new_token=lease.token, decision_id=d.id,
-                            reason=f"split of {d.bundle}",
-                        )
-                    )  # fmt: skip
+            events.extend(_kept_children_events(store, d, children, parent, now_ms))
         return events
     if d.kind == MERGE:
         a, b = parse_bundle(d.bundle), parse_bundle(d.merge_bundle or "")
