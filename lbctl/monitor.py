@@ -495,21 +495,25 @@ class Monitor:
             ),
         )
 
-    def _read(self) -> Snapshot:
-        """One consistent-enough read (several keys, no transaction: it is a display)."""
-        now_ms = self.clock_ms()
-        server_ms = self._server_ms()
-        owned, n_bundles, n_owned, soon = self._leases(server_ms)
-        registered, live, expired = self._registry(server_ms)
-        raw = self.store.load_snapshot.broker_docs_raw()
+    def _broker_rows(self, owned: Mapping[str, int]) -> list[BrokerRow]:
+        """One row per broker document of the load snapshot, sorted; unreadable ones skipped."""
         rows = []
-        for name, value in sorted(raw.items()):
+        for name, value in sorted(self.store.load_snapshot.broker_docs_raw().items()):
             try:
                 doc = json.loads(value)
             except ValueError:
                 continue
             if isinstance(doc, dict):
                 rows.append(broker_row(name, doc, owned.get(name, 0)))
+        return rows
+
+    def _read(self) -> Snapshot:
+        """One consistent-enough read (several keys, no transaction: it is a display)."""
+        now_ms = self.clock_ms()
+        server_ms = self._server_ms()
+        owned, n_bundles, n_owned, soon = self._leases(server_ms)
+        registered, live, expired = self._registry(server_ms)
+        rows = self._broker_rows(owned)
         new = self._read_outcomes({r.broker: r.max_pct for r in rows})
         progress = RedisProgress(self.client, self.prefix)
         batch, event_ms = progress.batch_and_clock()

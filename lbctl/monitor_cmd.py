@@ -117,6 +117,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a broker whose last report is S seconds behind the job's clock is stale "
         "(default: half of loadBalancerBrokerReportTimeoutSeconds)",
     )
+    _add_stale_arguments(p)
+    add_config_arguments(p)
+    p.set_defaults(func=monitor_main)
+
+
+def _add_stale_arguments(p: argparse.ArgumentParser) -> None:
+    """When the job and a controller count as stale (red, on a TROUBLE line)."""
     p.add_argument(
         "--stream-stale-after",
         type=float,
@@ -133,8 +140,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a controller is stale when its registry entry (rewritten every second) is older "
         "than S seconds (default 10)",
     )
-    add_config_arguments(p)
-    p.set_defaults(func=monitor_main)
 
 
 def build_monitor(
