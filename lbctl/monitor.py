@@ -12,7 +12,11 @@ works the same against a real cluster. Everything it needs is already there:
 * ``P:brokers`` / ``P:broker:<id>`` (the registry): who is registered and until when;
 * ``P:outcome-stream`` (written by the controller): every decision's outcome with the decision's
   reason; read incrementally (only new entries each refresh), so a long run stays cheap;
-* ``P:stream:progress``: the streaming job's last completed batch and its event-time clock.
+* ``P:stream:progress``: the streaming job's last completed batch, its event-time clock and the
+  job's own wall-clock time of the commit (how long ago the job last committed);
+* ``P:processes`` (the process registry): each controller's last poll, sweep and consumer error,
+  which with this refresh's Kafka probe and Redis reads give each service's state
+  (``lbctl.monitor_services``); a Redis that does not answer is a snapshot saying so.
 * ``P:policies``: the placement policies, to name each namespace they leave with no eligible
   live broker (``lbctl.policy_check``).
 
