@@ -105,13 +105,25 @@ def read_kafka_stream(
     )
     if parse is not None:
         reader = reader.option("lb.parse", parse)
+    reader = _with_client_options(reader, source, client_config)
+    return reader.load()
+
+
+def _with_client_options(
+    reader: Any, source: SourceKind, client_config: Mapping[str, Any] | None
+) -> Any:
+    """``reader`` with ``read_kafka_stream``'s ``client_config`` as ``kafka.``-prefixed options.
+
+    ``bootstrap.servers`` is skipped (the reader has it from its own argument), and so is a
+    callable (a librdkafka callback such as ``error_cb``), which has no string form.
+    """
     options = {k.removeprefix("kafka."): v for k, v in (client_config or {}).items()}
     if source == "kafka":  # the connector runs the Java client: its names, a JAAS line
         options = java_client_settings(options)
     for key, value in options.items():
         if key != "bootstrap.servers" and not callable(value):
             reader = reader.option(f"kafka.{key}", str(value))
-    return reader.load()
+    return reader
 
 
 def _with_batch_limits(
