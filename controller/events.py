@@ -201,7 +201,10 @@ class EventPublisher:
     ) -> None:
 
         self.topic = topic
-        self._producer = Producer(kafka_client_config(bootstrap_servers, client_config))
+        conf = kafka_client_config(bootstrap_servers, client_config)
+        conf.setdefault("acks", "all")  # every in-sync replica has an event before it is sent
+        conf.setdefault("enable.idempotence", True)  # and a retry never writes it twice
+        self._producer = Producer(conf)
         self._failed: list[str] = []
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:

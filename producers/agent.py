@@ -131,7 +131,13 @@ class KafkaReportPublisher:
 
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
-        self._producer = Producer(kafka_client_config(bootstrap_servers, client_config))
+        conf = kafka_client_config(bootstrap_servers, client_config)
+        # a report counts as published once every in-sync replica has it (acks=all is what
+        # min.insync.replicas guards), and a retry after a leader change never writes it twice,
+        # which the job would count as a second sample
+        conf.setdefault("acks", "all")
+        conf.setdefault("enable.idempotence", True)
+        self._producer = Producer(conf)
         self._errors: list[str] = []
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:

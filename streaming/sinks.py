@@ -29,6 +29,10 @@ class KafkaSink:
     def __init__(self, bootstrap_servers: str, client_config: Mapping[str, Any] | None = None):
         conf = kafka_client_config(bootstrap_servers, client_config)
         conf.setdefault("linger.ms", 5)
+        # every in-sync replica has a decision before it counts as sent, and a retry after a
+        # leader change never writes it twice (Kafka's min.insync.replicas needs acks=all)
+        conf.setdefault("acks", "all")
+        conf.setdefault("enable.idempotence", True)
         conf.setdefault("message.max.bytes", 4 * 1024 * 1024)
         self._producer = Producer(conf)
         self._bootstrap = bootstrap_servers
