@@ -420,6 +420,38 @@ class TransferShedder:
             fresh[name] = b
         return fresh
 
+    def _sheddable_top(
+        self,
+        view: ClusterView,
+        src: BrokerView,
+        max_load: float,
+        k: int,
+        excluded: Callable[[str], bool] | None,
+        skips: list[Skip],
+    ) -> list[tuple[str, float]] | None:
+        """The max broker ``src``'s top-K bundles (``top_bundles``), or ``None`` with the skip
+        recorded when it has nothing a pair may move: no bundle outside placement policies, no
+        bundle stats (``NoLoadData`` when it has bundles), a sole bundle (never emptied), or a
+        load of 0 (nothing to offload; Pulsar would divide by zero here)."""
+        top = top_bundles(view, src, k, excluded=excluded)
+        if not top:
+            if excluded is not None and top_bundles(view, src, k):
+                detail = "every bundle is under placement policies"
+                skips.append(Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail=detail))
+                return None
+            why = SkipReason.NO_LOAD_DATA if src.bundles else SkipReason.NO_BUNDLES
+            skips.append(Skip(self.name, why, src.broker, detail="no bundle stats"))
+            return None
+        if len(top) == 1:
+            skips.append(
+                Skip(self.name, SkipReason.NO_BUNDLES, src.broker, top[0][0], "sole bundle")
+            )
+            return None
+        if max_load <= 0:  # nothing to offload (Pulsar would divide by zero here)
+            skips.append(Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail="max load is 0"))
+            return None
+        return top
+
     def _shed(
         self,
         view: ClusterView,
@@ -445,24 +477,8 @@ class TransferShedder:
             src, dst = stats.brokers[stats.hi], stats.brokers[stats.lo]
             max_load, min_load = stats.loads[stats.hi], stats.loads[stats.lo]
             stats.hi -= 1
-            top = top_bundles(view, src, k, excluded=excluded)
-            if not top:
-                if excluded is not None and top_bundles(view, src, k):
-                    detail = "every bundle is under placement policies"
-                    skips.append(Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail=detail))
-                    continue
-                why = SkipReason.NO_LOAD_DATA if src.bundles else SkipReason.NO_BUNDLES
-                skips.append(Skip(self.name, why, src.broker, detail="no bundle stats"))
-                continue
-            if len(top) == 1:
-                skips.append(
-                    Skip(self.name, SkipReason.NO_BUNDLES, src.broker, top[0][0], "sole bundle")
-                )
-                continue
-            if max_load <= 0:  # nothing to offload (Pulsar would divide by zero here)
-                skips.append(
-                    Skip(self.name, SkipReason.NO_BUNDLES, src.broker, detail="max load is 0")
-                )
+            top = self._sheddable_top(view, src, max_load, k, excluded, skips)
+            if top is None:
                 continue
             offload = (max_load - min_load) / 2
             thr_max = src.report.msg_throughput
