@@ -270,6 +270,10 @@ class ProjectedUsageShedder:
         moves: PolicyMoves | None = None,
         budget: int | None = None,
     ) -> list[Decision]:
+        """Moves from the busiest broker to the idlest, one at a time on the projected loads,
+        until the busiest is under the target and the idlest over the floor, no move helps, or
+        ``budget`` moves are planned; ``loads``, ``pending`` and ``came_from`` (and ``moves``)
+        are updated with each move, so the next one is chosen on the plan so far."""
         movable: dict[str, _Candidates] = {}
         counts = {b: len(v.report.bundles) for b, v in view.brokers.items()}
         if budget is None:
@@ -308,30 +312,17 @@ class ProjectedUsageShedder:
             counts[s] -= 1
             counts[d] += 1
             movable[s].remove(pick)
-            reason = (
-                DecisionReason.OVERLOADED
-                if before_s > mean * self.trigger_ratio
-                else DecisionReason.UNDERLOADED
-            )
-            inputs = {
-                "sourceLoad": round(before_s, 4),
-                "destinationLoad": round(before_d, 4),
-                "meanLoad": round(mean, 4),
-                "projectedSourceLoad": round(loads[s], 4),
-                "projectedDestinationLoad": round(loads[d], 4),
-                "bundleMsgRate": round(pick.load.msg_rate_per_s, 3),
-            }
             out.append(
-                make_decision(
+                self._move_decision(
+                    pick,
+                    s,
+                    d,
+                    (before_s, before_d),
+                    (loads[s], loads[d]),
+                    mean,
+                    transfer=transfer,
                     cycle=cycle,
-                    kind=TRANSFER if transfer else UNLOAD,
-                    bundle=pick.bundle,
-                    source_broker=s,
-                    destination_broker=d if transfer else None,
-                    reason=reason,
-                    strategy=self.name,
-                    inputs=inputs,
-                    decided_at_ms=now_ms,
+                    now_ms=now_ms,
                 )
             )
             came_from[pick.bundle] = s
@@ -340,6 +331,49 @@ class ProjectedUsageShedder:
             if transfer:
                 pending[pick.bundle] = PendingMove(s, d, now_ms, pick.load)
         return out
+
+    def _move_decision(
+        self,
+        pick: _Candidate,
+        s: str,
+        d: str,
+        loads_before: tuple[float, float],
+        loads_after: tuple[float, float],
+        mean: float,
+        *,
+        transfer: bool,
+        cycle: str,
+        now_ms: int,
+    ) -> Decision:
+        """The decision for moving ``pick`` from ``s`` to ``d``, with the pair's loads before and
+        projected after the move ((source, destination)) as its inputs; ``Overloaded`` when the
+        source was above the trigger, else ``Underloaded`` (the move fills an idle broker)."""
+        before_s, before_d = loads_before
+        after_s, after_d = loads_after
+        reason = (
+            DecisionReason.OVERLOADED
+            if before_s > mean * self.trigger_ratio
+            else DecisionReason.UNDERLOADED
+        )
+        inputs = {
+            "sourceLoad": round(before_s, 4),
+            "destinationLoad": round(before_d, 4),
+            "meanLoad": round(mean, 4),
+            "projectedSourceLoad": round(after_s, 4),
+            "projectedDestinationLoad": round(after_d, 4),
+            "bundleMsgRate": round(pick.load.msg_rate_per_s, 3),
+        }
+        return make_decision(
+            cycle=cycle,
+            kind=TRANSFER if transfer else UNLOAD,
+            bundle=pick.bundle,
+            source_broker=s,
+            destination_broker=d if transfer else None,
+            reason=reason,
+            strategy=self.name,
+            inputs=inputs,
+            decided_at_ms=now_ms,
+        )
 
     def target_ratio(self, config: LoadBalancerConfig) -> float:
         """Where shedding stops: the balance band less the margin, never above the trigger."""
