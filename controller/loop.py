@@ -44,6 +44,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from controller.apply import APPLIED, REJECTED
 from controller.events import EXPIRED, EventPublisher, OwnershipEvent
 from controller.heartbeat import ControllerHeartbeat
+from controller.kafka_watch import KafkaWatch, controller_client_id
 from controller.reconciler import Reconciler
 from controller.recovery import AutoRecovery
 from infra import metrics
@@ -110,6 +111,7 @@ class Runner:
         self.stopping = False
         self.redis_failures = 0
         self.last_message = self.last_sweep = self.last_check = time.monotonic()
+        self.kafka_watch: KafkaWatch | None = None
 
     def stop(self, *_: Any) -> None:
         """Signal handler: finish the record in hand, then end."""
@@ -144,7 +146,10 @@ class Runner:
 
     def _periodic(self) -> None:
         """The recovery check (at once while one is pending) and the sweep, each every
-        ``sweep_interval_s``; no sweep while a recovery is pending."""
+        ``sweep_interval_s``; no sweep while a recovery is pending. The Kafka watch says what
+        the group and Kafka do (``controller.kafka_watch``)."""
+        if self.kafka_watch is not None:
+            self.kafka_watch.tick(self.consumer)
         rec = self.reconciler
         if rec.recovery is not None and (
             rec.recovery.pending or time.monotonic() - self.last_check >= self.sweep_interval_s
@@ -284,6 +289,7 @@ def _consumer(client_config: dict[str, Any], group_id: str) -> Consumer:
         {
             **client_config,
             "group.id": group_id,
+            "client.id": client_config.get("client.id") or controller_client_id(),
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000,
@@ -340,11 +346,13 @@ def run_loop(
     if publisher is None:
         extra = {k: v for k, v in client_config.items() if k != "bootstrap.servers"}
         publisher = EventPublisher(client_config["bootstrap.servers"], events_topic, extra)
-    consumer.subscribe([decisions_topic])
+    watch = KafkaWatch(client_config, group_id, decisions_topic, every_s=sweep_interval_s)
+    consumer.subscribe([decisions_topic], on_assign=watch.on_assign, on_revoke=watch.on_revoke)
     runner = Runner(
         consumer, publisher, max_messages=max_messages, idle_timeout_s=idle_timeout_s,
         max_decision_bytes=max_decision_bytes, sweep_interval_s=sweep_interval_s, clock=clock,
     )  # fmt: skip
+    runner.kafka_watch = watch
     runner.heartbeat = ControllerHeartbeat(store.processes, group=group_id)
     runner.reconciler = Reconciler(
         store, publish=runner.deliver, clock=clock, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run,

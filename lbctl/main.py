@@ -49,6 +49,9 @@ COMMAND_MODULES = (
 # Commands that check services themselves or start their own: health and monitor report an
 # unreachable service as their answer; infra, bench and run without addresses start embedded ones.
 NO_PREFLIGHT = frozenset({"health", "monitor", "infra", "bench", "config", "decide"})
+# Of those, the ones that still need a well-formed Redis URL: a malformed one is no service
+# state to report, only a usage error.
+URL_FORM_ONLY = frozenset({"health", "monitor"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,7 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _service_addresses(args: argparse.Namespace) -> tuple[str, str, LoadBalancerConfig | None]:
     """The Redis URL and the Kafka bootstrap servers the command would use ('' for none),
     and the configuration they come from."""
-    if args.command in NO_PREFLIGHT or getattr(args, "fast", False):
+    if getattr(args, "fast", False) or (
+        args.command in NO_PREFLIGHT and args.command not in URL_FORM_ONLY
+    ):
         return "", "", None
     if not hasattr(args, "redis_url") and not hasattr(args, "bootstrap_servers"):
         return "", "", None
@@ -137,6 +142,10 @@ def check_services(
     without the network), then Kafka."""
     url, bootstrap, config = _service_addresses(args)
     if config is None:
+        return
+    if args.command in URL_FORM_ONLY:
+        if url:
+            preflight.check_redis_url(url)
         return
     if url:
         preflight.check_redis(url, config.redis_client_kwargs(), timeout_s)

@@ -13,6 +13,11 @@ re-seeds its view from Redis, exactly as a new process would; that restart is ex
 ``streaming.decide``). The wait before a restart doubles from 1 s to 60 s while restarts keep
 failing and starts again at 1 s once a restarted query has completed a batch.
 ``--max-restarts`` bounds the number of restarts (0: exit on the first failure).
+
+Kafka and Redis are checked before Spark starts (``lbctl`` does it for every command), and
+watched while the query runs (``streaming.service_watch``): a service gone for longer than
+``--restart-window-s`` (default 120 s) stops the job with one line naming it, its address and
+what to check, rather than restarting for ever.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from typing import Any
 
 from infra import metrics
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from infra.preflight import probe_kafka, probe_redis
 from infra.redaction import redact_text
 from infra.topics import ensure_topics
 from loadbalance.config import ConfigError
 from streaming.checkpoint_settings import DEFAULT_SHARDS, CheckpointMismatch, check_shards
+from streaming.service_watch import DEFAULT_WINDOW_S, ServiceWatch
 
 log = logging.getLogger("streaming.cli")
 
@@ -159,6 +166,15 @@ def _add_query_arguments(parser: argparse.ArgumentParser) -> None:
         f"{RESTART_BACKOFF_MAX_S:g} s (back to {RESTART_BACKOFF_S:g} s once a batch completes); "
         "0 = exit on the first failure (default: unlimited)",
     )
+    parser.add_argument(
+        "--restart-window-s",
+        type=float,
+        default=DEFAULT_WINDOW_S,
+        metavar="S",
+        help="while Kafka or Redis does not answer (probed every 10 s while the query runs and "
+        "after each failure), keep the job waiting and restarting for at most S seconds, then "
+        f"stop with one line naming the service and its address (default {DEFAULT_WINDOW_S:g})",
+    )
     add_config_arguments(parser)
     metrics.add_metrics_argument(parser)
 
@@ -207,6 +223,7 @@ def run_stream(args: argparse.Namespace) -> int:
     if settings.redis_url is None:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")
     spark = spark_session(args.master, args.shuffle_partitions, args.driver_memory)
+    _quiet_session(spark)
     secrets = tuple(config.secret_values())
 
     def start(on_batch: Callable[[Any], None]) -> Any:
@@ -222,9 +239,38 @@ def run_stream(args: argparse.Namespace) -> int:
                 max_restarts=getattr(args, "max_restarts", None),
                 restartable=_restartable_errors(),
                 describe=lambda e: describe_failure(e, secrets),
+                watch=_service_watch(args, config, settings),
             )
         finally:
             _wait_for_background_cycles()
+            _stop_session(spark)
+
+
+QUERY_STOP_TIMEOUT = "10s"
+
+
+def _quiet_session(spark: Any) -> None:
+    """Keep a lost service down to the job's own lines: the Java Kafka client's per-second
+    reconnect warnings and py4j's per-callback info lines say nothing the watch does not,
+    and a query stopped while its batch hangs on a dead broker is abandoned after
+    ``QUERY_STOP_TIMEOUT`` instead of waiting for the client's own timeouts."""
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark.conf.set("spark.sql.streaming.stopTimeout", QUERY_STOP_TIMEOUT)
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.kafka", level)
+    except Exception:  # another logging backend: its lines stay as they are
+        log.debug("could not quieten the Java Kafka client's logger", exc_info=True)
+
+
+def _stop_session(spark: Any) -> None:
+    """Stop Spark before the interpreter exits, so the listener bus delivers its last events
+    while the Python side still answers (otherwise the JVM prints a py4j stack trace)."""
+    try:
+        spark.stop()
+    except Exception:  # the JVM is already going away (a group kill)
+        log.debug("stopping the Spark session failed", exc_info=True)
 
 
 def _preflight(args: argparse.Namespace) -> tuple[Any, str]:
@@ -251,6 +297,19 @@ def _preflight(args: argparse.Namespace) -> tuple[Any, str]:
         print(f"lbctl stream: metrics endpoint: {e}", file=sys.stderr)
         raise _Exit(2) from e
     return config, bootstrap
+
+
+def _service_watch(args: argparse.Namespace, config: Any, settings: Any) -> ServiceWatch:
+    """The watch over the job's Kafka and Redis, with the configured client settings."""
+    client_kwargs = config.redis_client_kwargs()
+
+    def probe() -> str | None:
+        lost = probe_kafka(settings.bootstrap_servers, settings.client_config)
+        if lost is None and settings.redis_url:
+            lost = probe_redis(settings.redis_url, client_kwargs)
+        return lost
+
+    return ServiceWatch(probe, window_s=args.restart_window_s)
 
 
 def _stream_settings(
@@ -354,6 +413,7 @@ def run_with_restarts(
     describe: Callable[[BaseException], str] = lambda e: failure_summary(str(e)),
     sleep: Callable[[float], None] = time.sleep,
     delay: Callable[[int], float] = restart_delay,
+    watch: ServiceWatch | None = None,
 ) -> int:
     """Run a query until it ends, restarting it when it fails; the exit status.
 
@@ -364,6 +424,9 @@ def run_with_restarts(
     Returns 0 when the query ends by itself (``--available-now``), 1 after ``max_restarts``
     restarts (``None``: no limit), 130 on KeyboardInterrupt (Ctrl-C, or SIGTERM through the
     handler ``run_stream`` installs), also during the wait; other errors propagate.
+    With ``watch``, the running query is probed every ``watch.every_s`` and after each
+    failure: a service lost for longer than its window stops the query and returns 1 after
+    one error line (restarts cannot help without the service).
     """
     completed = threading.Event()
 
@@ -379,11 +442,16 @@ def run_with_restarts(
             try:
                 if query is None:
                     query = start(on_batch)
-                query.awaitTermination()
-                return 0
+                if _await(query, watch):
+                    return 0
+                _stop_quietly(query)
+                query = None
+                return 1
             except restartable as e:
                 error: BaseException = e
             query = None  # terminated (or never started): nothing to stop
+            if watch is not None and _verdict(watch):
+                return 1
             if completed.is_set():
                 failures = 0
             completed.clear()
@@ -395,12 +463,37 @@ def run_with_restarts(
             restarts += 1
             sleep(wait_s)
     except KeyboardInterrupt:
-        if query is not None:
-            try:
-                query.stop()
-            except Exception:  # the JVM got the signal too (a group kill) and is going away
-                log.debug("stopping the query after an interrupt failed", exc_info=True)
+        _stop_quietly(query)
         return 130
+
+
+def _await(query: Any, watch: ServiceWatch | None) -> bool:
+    """Wait for ``query`` to end: True when it ended by itself, False when ``watch`` gave up
+    on a lost service (after its line); a failure raises."""
+    if watch is None:
+        query.awaitTermination()
+        return True
+    while not query.awaitTermination(watch.every_s):
+        if _verdict(watch):
+            return False
+    return True
+
+
+def _verdict(watch: ServiceWatch) -> bool:
+    """Ask ``watch``; True (after logging its one line) when the job must stop."""
+    verdict = watch.check()
+    if verdict is not None:
+        log.error("streaming query %s", verdict)
+    return verdict is not None
+
+
+def _stop_quietly(query: Any) -> None:
+    """Stop ``query`` if there is one; a JVM already going away (a group kill) is no error."""
+    if query is not None:
+        try:
+            query.stop()
+        except Exception:
+            log.debug("stopping the query failed", exc_info=True)
 
 
 def _restart_wait(
