@@ -175,10 +175,13 @@ class Pipeline:
         )
 
     def decisions_logged(self) -> int:
-        """Decisions the job says it published: the last log line of each batch id (a batch
-        replayed after a failure logs again and publishes the same ids)."""
+        """Decisions the job says it published: the most any log line of a batch id names (a
+        batch replayed after a failure logs again and publishes the same ids)."""
         text = (self.logs / "stream.log").read_text(errors="replace")
-        return sum({int(b): int(n) for b, n in BATCH_LINE.findall(text)}.values())
+        most: dict[int, int] = {}
+        for batch, n in BATCH_LINE.findall(text):
+            most[int(batch)] = max(most.get(int(batch), 0), int(n))
+        return sum(most.values())
 
     def restarts(self) -> int:
         path = self.logs / "stream.log"
