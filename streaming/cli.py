@@ -251,23 +251,31 @@ QUERY_STOP_TIMEOUT = "10s"
 
 def _quiet_session(spark: Any) -> None:
     """Keep a lost service down to the job's own lines: the Java Kafka client's per-second
-    reconnect warnings and py4j's per-callback info lines say nothing the watch does not,
-    and a query stopped while its batch hangs on a dead broker is abandoned after
-    ``QUERY_STOP_TIMEOUT`` instead of waiting for the client's own timeouts."""
+    reconnect warnings, the connector's retry stack traces and py4j's per-callback info lines
+    say nothing the watch does not, and a query stopped while its batch hangs on a dead broker
+    is abandoned after ``QUERY_STOP_TIMEOUT`` instead of waiting for the client's timeouts."""
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark.conf.set("spark.sql.streaming.stopTimeout", QUERY_STOP_TIMEOUT)
     try:
         jvm = spark.sparkContext._jvm
         level = jvm.org.apache.logging.log4j.Level.ERROR
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel("org.apache.kafka", level)
+        for name in ("org.apache.kafka", "org.apache.spark.sql.kafka010"):
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
     except Exception:  # another logging backend: its lines stay as they are
         log.debug("could not quieten the Java Kafka client's logger", exc_info=True)
 
 
 def _stop_session(spark: Any) -> None:
     """Stop Spark before the interpreter exits, so the listener bus delivers its last events
-    while the Python side still answers (otherwise the JVM prints a py4j stack trace)."""
+    while the Python side still answers. The job has said why it ends in its own lines by now:
+    what the JVM prints while it shuts down (a query thread abandoned after the stop timeout
+    dies with the RPC layer's stack trace) is silenced first."""
     try:
+        spark.sparkContext.setLogLevel("OFF")
+        jvm = spark.sparkContext._jvm
+        jvm.java.lang.System.setErr(
+            jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream())
+        )
         spark.stop()
     except Exception:  # the JVM is already going away (a group kill)
         log.debug("stopping the Spark session failed", exc_info=True)
