@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
+from infra.client_logging import KafkaErrorReporter, client_logger
 from infra.embedded import EmbeddedRedis
-from infra.kafka_auth import raise_on_auth_error
+from infra.kafka_auth import KafkaAuthError
 from infra.redaction import SecretFilter, install_secret_filter, redact_text
 from infra.topics import kafka_client_config
 from loadbalance.config import load_config
@@ -203,7 +204,11 @@ def test_kafka_security_settings_reach_the_client_config() -> None:
     assert settings["sasl.password"] == SASL_PASSWORD and type(settings["sasl.password"]) is str
     spark_options = {f"kafka.{k}": v for k, v in settings.items()}
     merged = kafka_client_config("127.0.0.1:1", spark_options)
-    assert merged.pop("error_cb") is raise_on_auth_error  # a refused login raises, once
+    reporter = merged.pop("error_cb")  # a refused login raises, once
+    assert isinstance(reporter, KafkaErrorReporter) and reporter.bootstrap_servers == "127.0.0.1:1"
+    with pytest.raises(KafkaAuthError):
+        reporter(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication failed"))
+    assert merged.pop("logger") is client_logger()  # librdkafka's lines through logging
     assert merged == {**settings, "bootstrap.servers": "127.0.0.1:1"}
     # librdkafka accepts the SASL keys (a misspelt key raises KafkaException at construction)
     plain = {k: v for k, v in merged.items() if not k.startswith("ssl.")}
