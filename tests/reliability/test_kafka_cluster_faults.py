@@ -274,7 +274,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
 def _check_exact(p: Pipeline, fault: str) -> None:
     """Wait until everything published is processed and decided, then the exact checks."""
     wait_for(f"{fault}: the job to process every report", p.job_caught_up, timeout_s=RECOVER_S)
-    wait_for(f"{fault}: every decision to have an outcome", p.every_decision_decided,
+    wait_for(f"{fault}: every decision decided and its offset committed", p.every_decision_decided,
              timeout_s=RECOVER_S)  # fmt: skip
     _assert_matches_pure(_snapshot(p.r, p.prefix), p.reports, p.config)
     published = p.decisions()
@@ -306,7 +306,7 @@ def _recover(p: Pipeline, fault: str, fault_at: float) -> float:
     wait_for(f"{fault}: the job's batch over the round after the fault", p.job_caught_up,
              timeout_s=RECOVER_S)  # fmt: skip
     batch = time.monotonic() - fault_at
-    wait_for(f"{fault}: the decisions after the fault decided", p.every_decision_decided,
+    wait_for(f"{fault}: new decisions decided, committed", p.every_decision_decided,
              timeout_s=RECOVER_S)  # fmt: skip
     decided = time.monotonic() - fault_at
     new = len({d.id for d in p.decisions()} - decided_before)
