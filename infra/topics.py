@@ -47,12 +47,15 @@ def ensure_topics(
     bootstrap_servers: str,
     topics: Mapping[str, int],
     client_config: Mapping[str, Any] | None = None,
-    replication_factor: int = 1,
+    replication_factor: int = -1,
     timeout_s: float = 30.0,
 ) -> list[str]:
     """Create each ``topic -> partitions`` that does not exist yet; return the names created.
 
     Existing topics are left as they are (their partition count is not changed).
+    ``replication_factor`` -1 takes the brokers' ``default.replication.factor``, so topics the
+    product creates on a real cluster are replicated as the operator configured it (a fixed 1
+    would leave them on one broker).
     """
 
     if not topics:

@@ -46,10 +46,11 @@ from pathlib import Path
 import pytest
 import redis
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
+from infra.config_loading import ensure_pipeline_topics
 from infra.kafka_server import KafkaCluster
 from infra.offsets import latest_offsets
-from infra.topics import ensure_topics
 from lbctl.monitor_lag import checkpoint_offsets
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision
@@ -233,8 +234,15 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
         config = LoadBalancerConfig(**knobs)
         topics = (config.load_reports_topic, config.decisions_topic, config.dead_letters_topic,
                   config.ownership_events_topic)  # fmt: skip
-        ensure_topics(cluster.bootstrap_servers, dict.fromkeys(topics, PARTITIONS),
-                      replication_factor=3)  # fmt: skip
+        # the product's own topic creation, as lbctl run and the controller do it: the topics
+        # must get the cluster's replication factor, not one replica
+        ensure_pipeline_topics(cluster.bootstrap_servers, config)
+        described = AdminClient({"bootstrap.servers": cluster.bootstrap_servers}).list_topics(
+            timeout=10
+        )
+        for topic in topics:
+            replicas = {len(p.replicas) for p in described.topics[topic].partitions.values()}
+            assert replicas == {3}, f"{topic} has {replicas} replicas per partition, not 3"
         names = _setup_store(RedisStore(r, prefix), int(time.time() * 1000))
         publisher = TimestampedReportPublisher(
             cluster.bootstrap_servers, config.load_reports_topic, flush_timeout_s=90.0
