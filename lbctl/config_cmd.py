@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    if args.preset is not None:
+    if getattr(args, "preset", None) is not None:
         try:
             args.config = preset_path(args.preset)
         except ValueError as e:

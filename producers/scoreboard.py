@@ -359,7 +359,7 @@ def failures(scores: Sequence[Score]) -> list[tuple[str, str, str]]:
 
 def failure_text(scores: Sequence[Score]) -> str:
     rows = failures(scores)
-    return "\n".join(f"FAILED {n} / {p}: {why}" for n, p, why in rows)
+    return "\n".join(f"FAILED {name} / {pair}: {why}" for name, pair, why in rows)
 
 
 def run_one(scenario_name: str, pair_key: str, seed: int, cycles: int | None) -> Score:
