@@ -54,14 +54,47 @@ _kafka_client_config = av.kafka_client_config
 _add_event_arguments = av.add_event_arguments
 
 
-def _verb(parent: Any, name: str, help_text: str, func: Any) -> Any:
-    """A store verb: ``--redis-url``, ``--json`` and the configuration flags, run by ``_run``."""
+def _verb(parent: Any, name: str, help_text: str, func: Any, *, checks_usage: bool = False) -> Any:
+    """A store verb: ``--redis-url``, ``--json`` and the configuration flags, run by ``_run``.
+
+    ``checks_usage``: the verb refuses some argument combinations itself (``UsageError``)
+    before it touches the store; ``lbctl.main`` then runs that part first (``check_usage``),
+    so a usage error is exit 2 whether or not Redis and Kafka answer."""
     p = parent.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--redis-url", default=None, help="Redis URL (default: config redisUrl)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_config_arguments(p)
     p.set_defaults(func=lambda a: _run(func, a))
+    if checks_usage:
+        p.set_defaults(check_usage=lambda a: _check_usage(func, a))
     return p
+
+
+class _StoreNeeded(BaseException):
+    """Raised by ``_NoStore`` at a verb's first use of the store: its own argument checks
+    passed. A ``BaseException``, so no ``except Exception`` in a verb swallows it."""
+
+
+class _NoStore:
+    """A store that stops the verb at its first use (``_check_usage``'s dry run)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise _StoreNeeded(name)
+
+
+def _check_usage(func: Any, args: argparse.Namespace) -> int | None:
+    """Run ``func`` up to its first use of the store: 2 after printing a usage or
+    configuration error, None when the arguments pass (the real run follows)."""
+    try:
+        func(_NoStore(), args, load_from_args(args, quiet=True))
+    except _StoreNeeded:
+        return None
+    except (ConfigError, av.UsageError) as e:
+        print(f"lbctl: {e}", file=sys.stderr)
+        return 2
+    except Exception:  # anything else is the real run's to report, with the store at hand
+        return None
+    return None
 
 
 def _group(subparsers: Any, name: str, help_text: str, dest: str) -> tuple[Any, Any]:
@@ -86,7 +119,13 @@ def _register_namespaces(subparsers: Any) -> None:
         "create and inspect namespaces, split and unload bundles (pulsar-admin namespaces)",
         "ns_command",
     )
-    p = _verb(ns_sub, "create", "create a namespace with N bundles (equal hash ranges)", av.create)
+    p = _verb(
+        ns_sub,
+        "create",
+        "create a namespace with N bundles (equal hash ranges)",
+        av.create,
+        checks_usage=True,
+    )
     av.add_create_arguments(p)
     _verb(ns_sub, "list", "list namespaces", _ns_list)
     p = _verb(ns_sub, "bundles", "a namespace's boundaries and bundles", _ns_bundles)
@@ -95,14 +134,14 @@ def _register_namespaces(subparsers: Any) -> None:
         "split a bundle now (compare-and-set on the namespace version); without -u the new "
         "bundles stay with the parent's owner, as in Pulsar"
     )
-    p = _verb(ns_sub, "split-bundle", split_help, av.split)
+    p = _verb(ns_sub, "split-bundle", split_help, av.split, checks_usage=True)
     av.add_split_arguments(p)
     unload_help = (
         "release a bundle, or every owned bundle of the namespace when --bundle is absent, or "
         "move one bundle with --destinationBroker; through the idempotent applier, one row "
         "(and one recorded outcome) per bundle"
     )
-    p = _verb(ns_sub, "unload", unload_help, av.unload)
+    p = _verb(ns_sub, "unload", unload_help, av.unload, checks_usage=True)
     av.add_unload_arguments(p)
     policy_verbs.register_namespace_verbs(ns_sub, _verb)
 
@@ -124,9 +163,16 @@ def _register_ownership(subparsers: Any) -> None:
         "the older spelling of 'namespaces split-bundle'; the new bundles are always left free "
         "(as with -u), to be placed on their next lookup",
         av.split,
+        checks_usage=True,
     )
     av.add_split_arguments(p, unload_by_default=True)
-    p = _verb(subparsers, "unload", "the older spelling of 'namespaces unload'", av.unload)
+    p = _verb(
+        subparsers,
+        "unload",
+        "the older spelling of 'namespaces unload'",
+        av.unload,
+        checks_usage=True,
+    )
     av.add_unload_arguments(p)
 
 

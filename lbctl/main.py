@@ -90,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_usage = getattr(args, "check_usage", None)
+        refused = check_usage(args) if check_usage is not None else None
+        if refused is not None:  # a usage error, said before any service is asked
+            return int(refused)
         check_services(args)
         return int(func(args) or 0)
     except KeyboardInterrupt:

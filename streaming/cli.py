@@ -191,7 +191,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     add_stream_arguments(p)
-    p.set_defaults(func=run_stream)
+    p.set_defaults(func=run_stream, check_usage=check_stream_usage)
 
 
 class _Exit(Exception):
@@ -281,10 +281,19 @@ def _stop_session(spark: Any) -> None:
         log.debug("stopping the Spark session failed", exc_info=True)
 
 
-def _preflight(args: argparse.Namespace) -> tuple[Any, str]:
-    """The configuration and Kafka, the checkpoint's shard count and the metrics endpoint,
-    checked before Kafka and the JVM are touched: a refusal costs nothing. ``_Exit(2)``
-    after saying what is wrong."""
+def check_stream_usage(args: argparse.Namespace) -> int | None:
+    """The checks of ``_preflight`` that need no service (configuration, Kafka given, the
+    checkpoint's shard count), run by ``lbctl.main`` before it asks Kafka and Redis: a
+    refusal that is the operator's arguments is exit 2 whatever the services say."""
+    try:
+        _local_checks(args)
+    except _Exit as e:
+        return e.code
+    return None
+
+
+def _local_checks(args: argparse.Namespace) -> tuple[Any, str]:
+    """The configuration, the bootstrap servers and the checkpoint's shard count."""
     try:
         config = load_from_args(args)
     except ConfigError as e:
@@ -299,6 +308,14 @@ def _preflight(args: argparse.Namespace) -> tuple[Any, str]:
     except CheckpointMismatch as e:
         print(f"lbctl stream: {e}", file=sys.stderr)
         raise _Exit(2) from e
+    return config, bootstrap
+
+
+def _preflight(args: argparse.Namespace) -> tuple[Any, str]:
+    """The configuration and Kafka, the checkpoint's shard count and the metrics endpoint,
+    checked before Kafka and the JVM are touched: a refusal costs nothing. ``_Exit(2)``
+    after saying what is wrong."""
+    config, bootstrap = _local_checks(args)
     try:
         metrics.serve_from_args(args)
     except OSError as e:
