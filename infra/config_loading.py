@@ -146,5 +146,15 @@ def ensure_pipeline_topics(bootstrap_servers: str, config: LoadBalancerConfig) -
         config.ownership_events_topic,
     )
     ensure_topics(
-        bootstrap_servers, dict.fromkeys(topics, config.topic_partitions), kafka_security(config)
+        bootstrap_servers,
+        dict.fromkeys(topics, config.topic_partitions),
+        kafka_security(config),
+        topic_configs={config.load_reports_topic: reports_topic_config(config)},
     )
+
+
+def reports_topic_config(config: LoadBalancerConfig) -> dict[str, str]:
+    """The reports topic's ``max.message.bytes``: twice ``maxReportBytes``, so a report over the
+    product's limit still reaches the job and is dead-lettered with its reason, where Kafka's
+    1 MB default would have the broker refuse a large broker's report at the producer."""
+    return {"max.message.bytes": str(2 * config.max_report_bytes)}

@@ -55,6 +55,7 @@ __all__ = ["KafkaCluster", "KafkaNode", "KafkaSecurity", "KafkaStartError", "jav
 
 HOST = "127.0.0.1"
 DEFAULT_HEAP = "-Xmx512m"
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _LOG4J2 = """\
 status = error
 appender.out.type = Console
@@ -428,6 +429,10 @@ class KafkaCluster:
             # reports with virtual or fixed past times: with Kafka's 7-day default their
             # segments would be deleted within minutes. Size, not age, bounds these logs.
             "log.retention.ms": "-1",
+            # Reports of large brokers pass Kafka's 1 MB default; the product's topics ask for
+            # what maxReportBytes needs (infra.config_loading), a test's topics get this much
+            "message.max.bytes": str(MAX_MESSAGE_BYTES),
+            "replica.fetch.max.bytes": str(MAX_MESSAGE_BYTES),
             "log.retention.bytes": str(1024 * 1024 * 1024),
             "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
         }

@@ -49,10 +49,13 @@ def ensure_topics(
     client_config: Mapping[str, Any] | None = None,
     replication_factor: int = -1,
     timeout_s: float = 30.0,
+    topic_configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[str]:
     """Create each ``topic -> partitions`` that does not exist yet; return the names created.
 
-    Existing topics are left as they are (their partition count is not changed).
+    Existing topics are left as they are (their partition count and settings are not
+    changed). ``topic_configs``: topic -> settings a new topic is created with (e.g.
+    ``max.message.bytes``).
     ``replication_factor`` -1 takes the brokers' ``default.replication.factor``, so topics the
     product creates on a real cluster are replicated as the operator configured it (a fixed 1
     would leave them on one broker).
@@ -63,7 +66,12 @@ def ensure_topics(
     admin = AdminClient(kafka_client_config(bootstrap_servers, client_config))
     existing = set(list_topics(admin, timeout_s=timeout_s).topics)
     wanted = [
-        NewTopic(name, num_partitions=int(partitions), replication_factor=replication_factor)
+        NewTopic(
+            name,
+            num_partitions=int(partitions),
+            replication_factor=replication_factor,
+            config=dict((topic_configs or {}).get(name, {})),
+        )
         for name, partitions in topics.items()
         if name not in existing
     ]

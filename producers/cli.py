@@ -28,7 +28,7 @@ import redis
 from confluent_kafka import KafkaException
 
 from infra import metrics
-from infra.config_loading import add_config_arguments, kafka_security
+from infra.config_loading import add_config_arguments, kafka_security, reports_topic_config
 from infra.topics import ensure_topics
 from loadbalance.config import ConfigError, LoadBalancerConfig, load_config
 from loadbalance.errors import InvalidInput
@@ -270,7 +270,12 @@ def _live_start_ms(
     """Create the reports topic and pick the virtual start time after its newest record;
     ``_Exit(1)`` when Kafka cannot be used."""
     try:
-        ensure_topics(bootstrap, {config.load_reports_topic: config.topic_partitions}, security)
+        ensure_topics(
+            bootstrap,
+            {config.load_reports_topic: config.topic_partitions},
+            security,
+            topic_configs={config.load_reports_topic: reports_topic_config(config)},
+        )
     except KafkaException as e:
         print(f"lbctl simulate: Kafka at {bootstrap} unavailable: {e}", file=sys.stderr)
         raise _Exit(1) from e

@@ -34,7 +34,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from infra import metrics
-from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from infra.config_loading import (
+    add_config_arguments,
+    kafka_security,
+    load_from_args,
+    reports_topic_config,
+)
 from infra.preflight import probe_kafka, probe_redis
 from infra.redaction import redact_text
 from infra.topics import ensure_topics
@@ -218,10 +223,15 @@ def run_stream(args: argparse.Namespace) -> int:
             for t in (config.load_reports_topic, config.decisions_topic, config.dead_letters_topic)
         },
         client_config,
+        topic_configs={config.load_reports_topic: reports_topic_config(config)},
     )
     settings = _stream_settings(args, bootstrap, config.redis_url, client_config)
     if settings.redis_url is None:
         log.warning("no Redis: progress is kept in memory only and a restart starts afresh")
+    from pyspark import SparkContext
+
+    # a caller's own session (tests run the command in-process) is the caller's to stop
+    own_session = SparkContext._active_spark_context is None
     spark = spark_session(args.master, args.shuffle_partitions, args.driver_memory)
     _quiet_session(spark)
     secrets = tuple(config.secret_values())
@@ -243,7 +253,8 @@ def run_stream(args: argparse.Namespace) -> int:
             )
         finally:
             _wait_for_background_cycles()
-            _stop_session(spark)
+            if own_session:
+                _stop_session(spark)
 
 
 QUERY_STOP_TIMEOUT = "10s"

@@ -23,8 +23,10 @@ from hypothesis import strategies as st
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
 from streaming.parse import ParseSettings, parse_record
-from streaming.schema import DEAD, REPORT, SAMPLES
+from streaming.schema import DEAD, PARSED_FIELDS, REPORT, SAMPLES
 from tests.fuzz.corpus import REPORT_CLASSES, TOLERATED_REPORT_CLASSES, Case, report_cases
+
+PAYLOAD = [name for name, _ in PARSED_FIELDS].index("payload")  # a parse row's payload
 
 N_CASES = 55_000
 TRACED_CASES = 6_000
@@ -61,7 +63,7 @@ def _check_case(i: int, case: Case, dead: Counter[str]) -> None:
     rows = run_report(case.value, case.key, i)
     if case.cls in TOLERATED_REPORT_CLASSES:
         assert rows[0][1] == REPORT, (i, case.cls, case.note, rows)
-        issues = json.loads(rows[0][8]).get("reportIssues", {})
+        issues = json.loads(rows[0][PAYLOAD]).get("reportIssues", {})
         if case.cls == "unknown_reading":  # Pulsar's own "unknown": not an issue at all
             assert issues == {}, (i, case.note, issues)
         else:
@@ -69,10 +71,10 @@ def _check_case(i: int, case: Case, dead: Counter[str]) -> None:
         return
     if case.bad:
         assert len(rows) == 1 and rows[0][1] == DEAD, (i, case.cls, case.note)
-        doc = json.loads(rows[0][8])
+        doc = json.loads(rows[0][PAYLOAD])
         assert doc["reason"], (i, case.cls, case.note)
         assert not doc["reason"].startswith("internal"), (i, case.cls, case.note, doc)
-        assert len(rows[0][8]) <= DEAD_LETTER_BOUND_BYTES, (i, case.cls)
+        assert len(rows[0][PAYLOAD]) <= DEAD_LETTER_BOUND_BYTES, (i, case.cls)
         assert doc["offset"] == i and doc["valueBytes"] == len(case.value or b"")
         dead[case.cls] += 1
     else:
@@ -123,7 +125,7 @@ def test_each_class_is_refused_for_its_own_reason() -> None:
         if case.cls not in expected:
             continue
         (row,) = run_report(case.value, case.key, i)
-        reason = json.loads(row[8])["reason"]
+        reason = json.loads(row[PAYLOAD])["reason"]
         assert any(w in reason for w in expected[case.cls]), (case.cls, case.note, reason)
         seen[case.cls] += 1
     assert set(seen) == set(expected)
@@ -150,5 +152,5 @@ def test_arbitrary_documents_never_escape_parse(doc: dict, key: bytes | None) ->
     rows = run_report(raw, key, 0)
     assert rows
     if rows[0][1] == DEAD:
-        reason = json.loads(rows[0][8])["reason"]
+        reason = json.loads(rows[0][PAYLOAD])["reason"]
         assert reason and not reason.startswith("internal"), reason

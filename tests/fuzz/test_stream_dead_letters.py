@@ -30,10 +30,17 @@ T0_MS = 1_700_000_000_000
 
 def _publish(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 4_000_000})
+    refused: list[str] = []  # a refused record would shift every later offset the test expects
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            refused.append(str(err))
+
     for i, (key, value) in enumerate(records):
-        p.produce(topic, value=value, key=key, timestamp=T0_MS + i)
+        p.produce(topic, value=value, key=key, timestamp=T0_MS + i, on_delivery=delivered)
         p.poll(0)
     assert p.flush(60) == 0
+    assert not refused, refused[:3]
 
 
 def _read_all(bootstrap: str, topic: str) -> list[bytes]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -57,3 +59,29 @@ def test_latest_offsets_agree_with_list_offsets_latest_on_kafka(
         consumer.close()
     assert listed == (0, 5)
     assert latest_offsets(kafka_bootstrap, topic)[0] == 5
+
+
+def test_the_reports_topic_is_created_to_carry_reports_over_the_product_limit(
+    kafka_bootstrap: str,
+) -> None:
+    """Kafka refuses records over 1 MB by default, at the producer: a large broker's report
+    would never reach the job. The product creates its reports topic with twice
+    ``maxReportBytes``, so an oversized report arrives and is dead-lettered with its reason."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    from infra.config_loading import ensure_pipeline_topics
+    from loadbalance.config import LoadBalancerConfig
+
+    suffix = uuid.uuid4().hex[:8]
+    config = LoadBalancerConfig(
+        loadReportsTopic=f"reports-{suffix}",
+        decisionsTopic=f"decisions-{suffix}",
+        deadLettersTopic=f"dead-{suffix}",
+        ownershipEventsTopic=f"events-{suffix}",
+        maxReportBytes=3_000_000,
+    )
+    ensure_pipeline_topics(kafka_bootstrap, config)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, config.load_reports_topic)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    described = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert described["max.message.bytes"].value == "6000000"
