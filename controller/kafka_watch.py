@@ -63,6 +63,11 @@ class KafkaWatch:
         self.lost_since: float | None = None
         self._last_said = 0.0
 
+    def lost_for(self) -> float | None:
+        """Seconds since the probe last found Kafka unreachable without an answer since, or
+        None while Kafka answers."""
+        return None if self.lost_since is None else self.clock() - self.lost_since
+
     def on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
         """The consumer's ``on_assign``: note the partitions; the group is described from
         ``tick`` (outside the rebalance callback, which must return quickly)."""

@@ -33,13 +33,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controller.apply import APPLIED, REJECTED
 from controller.events import EXPIRED, EventPublisher, OwnershipEvent
@@ -78,6 +79,10 @@ class LoopStats:
     recoveries: int = 0
 
 
+REOPEN_AFTER_S = 30.0
+"""A consumer that has not reached Kafka this long is replaced (``Runner._reopen_if_stuck``)."""
+
+
 class _Idle(Exception):
     """No record for longer than the idle timeout: the loop ends."""
 
@@ -112,6 +117,8 @@ class Runner:
         self.redis_failures = 0
         self.last_message = self.last_sweep = self.last_check = time.monotonic()
         self.kafka_watch: KafkaWatch | None = None
+        self.reopen: Callable[[], Any] | None = None  # a fresh, subscribed consumer
+        self._reopened_at = float("-inf")
 
     def stop(self, *_: Any) -> None:
         """Signal handler: finish the record in hand, then end."""
@@ -150,6 +157,7 @@ class Runner:
         the group and Kafka do (``controller.kafka_watch``)."""
         if self.kafka_watch is not None:
             self.kafka_watch.tick(self.consumer)
+            self._reopen_if_stuck(self.kafka_watch.lost_for())
         rec = self.reconciler
         if rec.recovery is not None and (
             rec.recovery.pending or time.monotonic() - self.last_check >= self.sweep_interval_s
@@ -163,6 +171,26 @@ class Runner:
         ):
             self.last_sweep = time.monotonic()
             self._sweep()
+
+    def _reopen_if_stuck(self, lost_s: float | None) -> None:
+        """A consumer that has not reached Kafka for ``REOPEN_AFTER_S`` is replaced by a new
+        one (at most once per ``REOPEN_AFTER_S``). Seen after a broker was frozen and resumed
+        under load: the broker answered every new client, but this consumer's requests timed
+        out for minutes. A new consumer rejoins the group and reads from the committed
+        offsets, so nothing is skipped; the old one is closed in the background, since a
+        close may wait for its dead requests."""
+        now = time.monotonic()
+        if (
+            self.reopen is None
+            or lost_s is None
+            or lost_s < REOPEN_AFTER_S
+            or now - self._reopened_at < REOPEN_AFTER_S
+        ):
+            return
+        self._reopened_at = now
+        log.warning("Kafka unreachable for %.0f s: opening a new consumer", lost_s)
+        old, self.consumer = self.consumer, self.reopen()
+        threading.Thread(target=old.close, name="close-stuck-consumer", daemon=True).start()
 
     def _recover(self) -> None:
         """Detect or progress a data loss; count a recovery that happened."""
@@ -247,8 +275,19 @@ class Runner:
         self._count(outcome)
         if self.heartbeat is not None:
             self.heartbeat.consumed()
-        self.consumer.commit(message=msg, asynchronous=False)
+        self._commit(msg)
         metrics.CONTROL_CYCLE_DURATION.observe(time.perf_counter() - started)
+
+    def _commit(self, msg: Any) -> None:
+        """Commit ``msg``'s offset. A commit the group refuses (this consumer was dropped while
+        Kafka was away, a rebalance, the coordinator moving) is no reason to stop: the record
+        is read again by whoever holds its partition next, and the reconciler finds its
+        outcome recorded (idempotent), so nothing is lost and nothing is applied twice."""
+        try:
+            self.consumer.commit(message=msg, asynchronous=False)
+        except KafkaException as e:
+            log.warning("offset of %s not committed (%s): the record will be read again",
+                        _where(msg), e.args[0] if e.args else e)  # fmt: skip
 
     def _handle(self, msg: Any, now: int) -> str:
         """Decode and reconcile one record; the outcome's name. Redis being unavailable
@@ -341,18 +380,24 @@ def run_loop(
     ``client_config``; the loop closes only a publisher it created. With ``recovery``, a store
     that lost its data is rebuilt (module docstring), checked every ``sweep_interval_s`` too.
     """
-    consumer = _consumer(client_config, group_id)
+    watch = KafkaWatch(client_config, group_id, decisions_topic, every_s=sweep_interval_s)
+
+    def open_consumer() -> Consumer:
+        consumer = _consumer(client_config, group_id)
+        consumer.subscribe([decisions_topic], on_assign=watch.on_assign, on_revoke=watch.on_revoke)
+        return consumer
+
+    consumer = open_consumer()
     own_publisher = publisher is None
     if publisher is None:
         extra = {k: v for k, v in client_config.items() if k != "bootstrap.servers"}
         publisher = EventPublisher(client_config["bootstrap.servers"], events_topic, extra)
-    watch = KafkaWatch(client_config, group_id, decisions_topic, every_s=sweep_interval_s)
-    consumer.subscribe([decisions_topic], on_assign=watch.on_assign, on_revoke=watch.on_revoke)
     runner = Runner(
         consumer, publisher, max_messages=max_messages, idle_timeout_s=idle_timeout_s,
         max_decision_bytes=max_decision_bytes, sweep_interval_s=sweep_interval_s, clock=clock,
     )  # fmt: skip
     runner.kafka_watch = watch
+    runner.reopen = open_consumer
     runner.heartbeat = ControllerHeartbeat(store.processes, group=group_id)
     runner.reconciler = Reconciler(
         store, publish=runner.deliver, clock=clock, lease_ttl_ms=lease_ttl_ms, dry_run=dry_run,
@@ -362,7 +407,7 @@ def run_loop(
         with _stop_on_signals(runner.stop):
             return runner.run()
     finally:
-        consumer.close()
+        runner.consumer.close()
         if own_publisher:
             publisher.close()
 
