@@ -2,8 +2,8 @@
 
 The state step's store layout can change between versions (where a shard's record and its
 deltas are kept, and in which encoding); a new version must read what an older one stored and
-carry on with the same averages. This runs the real pipeline on embedded Tansu, Redis and Spark
-``local[2]``:
+carry on with the same averages. This runs the real pipeline on embedded Apache Kafka, Redis
+and Spark ``local[2]``:
 
 1. the older version (``--old``, a git revision, checked out in a temporary worktree) reads
    the first half of a generated report stream in small batches, so its shards hold a whole

@@ -37,7 +37,7 @@ class SteadyHost:
 
 
 def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 20.0) -> list:
-    """Read partition 0 from the beginning (assign, no group join: Tansu's join is slow)."""
+    """Read partition 0 from the beginning (assign, no group join: a join costs a rebalance)."""
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "agent-test", "enable.auto.commit": False}
     )

@@ -1,9 +1,10 @@
 """The Kafka source that parses as it reads gives the parse stage's rows for the same records.
 
-Real Tansu, no Spark: the source's executor-side reader (``read_parsed_offset_range``) is run on
-a partition range and compared with ``streaming.parse.parse_batches`` (the ``mapInPandas`` stage
-the built-in Kafka source feeds) over the same records read raw; plus the rule that only each
-broker's latest report of a run keeps its document, which the state step relies on.
+Real Apache Kafka, no Spark: the source's executor-side reader (``read_parsed_offset_range``) is
+run on a partition range and compared with ``streaming.parse.parse_batches`` (the
+``mapInPandas`` stage the built-in Kafka source feeds) over the same records read raw; plus the
+rule that only each broker's latest report of a run keeps its document, which the state step
+relies on.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The Kafka broker goes away for a while and comes back, under a running ``lbctl control``.
 
-"Away" is a SIGSTOP of the embedded broker (Tansu) for longer than the consumer's session
+"Away" is a SIGSTOP of the embedded Kafka broker for longer than the consumer's session
 timeout (6 s) and poll interval (10 s), then SIGCONT: connections stay open and nothing answers,
-like a hung or partitioned broker. Tansu keeps topics in memory only, so a real restart would
-lose them; the test would then measure Tansu, not the controller. Decisions produced during the
-outage (held by the producer) and after it must all be applied once, with no manual action.
+like a hung or partitioned broker (a restart and a crash are the cluster-fault tests' cases).
+Decisions produced during the outage (held by the producer) and after it must all be applied
+once, with no manual action.
 """
 
 from __future__ import annotations

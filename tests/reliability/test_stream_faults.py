@@ -1,8 +1,7 @@
 """The streaming job (``lbctl stream``, real processes with their own Spark JVM) under faults:
 SIGKILL in the middle of a micro-batch with a restart from the checkpoint, then the Kafka
-broker going away for a while (SIGSTOP of the Tansu process: its sockets stay open and nothing
-answers, which is what a hung or partitioned broker looks like; a real restart of this broker
-would lose every topic, since it keeps them in memory only) and coming back.
+broker going away for a while (SIGSTOP of the broker's process: its sockets stay open and
+nothing answers, which is what a hung or partitioned broker looks like) and coming back.
 
 The same reports also go through a reference run that nothing disturbs. Batches are cut at a
 fixed number of records (``--max-offsets-per-trigger``), so both runs see the same batches and

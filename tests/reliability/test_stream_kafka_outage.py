@@ -2,7 +2,7 @@
 its client timeouts: the query fails, the process restarts it from the checkpoint after a
 bounded backoff, and the reports published after the outage are processed with no manual action.
 
-"Away" is a SIGSTOP of the embedded broker (Tansu), as in ``test_kafka_outage.py``: sockets stay
+"Away" is a SIGSTOP of the embedded Kafka broker, as in ``test_kafka_outage.py``: sockets stay
 open and nothing answers. The job's Kafka calls give up on their own (the source's offset probe
 after about 15 s, a task's read after 120 s, the producer flush after 30 s), so the outage
 lasts until the log shows the first restart, then SIGCONT.
@@ -149,7 +149,7 @@ def test_stream_restarts_itself_after_a_long_kafka_outage_and_processes_what_cam
     # the averaged view is that of every report, before and after the outage
     _assert_matches_pure(snapshot, [r for rnd in rounds for r in rnd], config)
     # Decisions were made after the restart too. An id appears twice only when the outage hit
-    # a decision flush: a produce request Tansu already held is appended when it resumes, and
+    # a decision flush: a produce request the broker already held is appended when it resumes, and
     # the replayed batch publishes the same decision again (at-least-once; the controller
     # records the second as a duplicate). So: repeats have identical content, and there are
     # at most as many as the restart lines say were left undelivered to the decisions topic
