@@ -19,15 +19,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import redis
 
 from infra.jars import JarError
 from infra.kafka_server import KafkaCluster, KafkaStartError
-from infra.process import free_port, log_tail, port_accepts, spawn, terminate
+from infra.process import StartStop, free_port, log_tail, port_accepts, spawn, terminate
 
 __all__ = ["EmbeddedKafka", "EmbeddedRedis", "ServiceError", "free_port", "redis_supports_tls"]
 
@@ -83,10 +82,7 @@ def redis_supports_tls(binary: Path | None = None) -> bool:
     return "'tls-port" not in done.stdout + done.stderr
 
 
-_S = TypeVar("_S", bound="_Service")
-
-
-class _Service:
+class _Service(StartStop):
     """Common lifecycle: spawn on a (free) port, wait until ready, stop cleanly."""
 
     name = "service"
@@ -174,18 +170,6 @@ class _Service:
         """SIGTERM, then SIGKILL after ``timeout_s``; idempotent."""
         terminate(self._proc, timeout_s)
         self._proc = None
-
-    def __enter__(self: _S) -> _S:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class EmbeddedKafka(KafkaCluster):

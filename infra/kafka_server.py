@@ -44,12 +44,11 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from confluent_kafka.admin import AdminClient
 
 from infra import jars
-from infra.process import free_port, log_tail, port_accepts, spawn, terminate
+from infra.process import StartStop, free_port, log_tail, port_accepts, spawn, terminate
 
 __all__ = ["KafkaCluster", "KafkaNode", "KafkaSecurity", "KafkaStartError", "java_binary"]
 
@@ -328,7 +327,7 @@ class KafkaNode:
             os.kill(self._proc.pid, signal.SIGCONT)
 
 
-class KafkaCluster:
+class KafkaCluster(StartStop):
     """``size`` KRaft nodes on loopback; ``size=1`` is the embedded single broker.
 
     By default the client listener is PLAINTEXT. ``security`` makes it a secured listener with
@@ -511,15 +510,3 @@ class KafkaCluster:
             with contextlib.suppress(Exception):
                 node.resume()
             node.stop(timeout_s)
-
-    def __enter__(self) -> KafkaCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -25,6 +25,8 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
 
 _PR_SET_PDEATHSIG = 1
 
@@ -159,3 +161,29 @@ def log_tail(log_path: Path, max_bytes: int = 2000) -> str:
     except OSError:
         return ""
     return data[-max_bytes:].decode("utf-8", errors="replace")
+
+
+_T = TypeVar("_T", bound="StartStop")
+
+
+class StartStop:
+    """``with`` support for the services and clusters started from Python: ``start()`` on
+    entry, ``stop()`` on exit, also when the body raised, so nothing is left running."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _T) -> _T:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

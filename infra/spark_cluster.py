@@ -34,10 +34,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from infra.process import free_port, log_tail, pid_alive, spawn, terminate
+from infra.process import StartStop, free_port, log_tail, pid_alive, spawn, terminate
 
 __all__ = ["SparkClusterError", "StandaloneCluster", "spark_home"]
 
@@ -61,7 +60,7 @@ def spark_home() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-class StandaloneCluster:
+class StandaloneCluster(StartStop):
     """One master and ``workers`` workers on 127.0.0.1, each worker offering ``cores`` cores and
     ``memory`` to executors. ``with StandaloneCluster(folder) as c: ... c.master_url ...``.
 
@@ -187,18 +186,6 @@ class StandaloneCluster:
         (each with ``state``, ``cores``, ``coresused``), ``activeapps``, ``completedapps``."""
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as response:
             return dict(json.load(response))
-
-    def __enter__(self) -> StandaloneCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- internals ------------------------------------------------------------------------
 

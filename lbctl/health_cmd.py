@@ -295,6 +295,14 @@ def _report(args: argparse.Namespace, verdict: Verdict, checks: list[dict[str, A
     return HEALTHY if verdict.healthy else UNHEALTHY
 
 
+def _redis_client(url: str, config: LoadBalancerConfig) -> redis.Redis:
+    """A client for a health probe: the configuration's credentials and TLS, and 5 s
+    timeouts, so a Redis that does not answer is a verdict rather than a hang."""
+    return redis.Redis.from_url(
+        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
+    )
+
+
 def _control_from_registry(
     args: argparse.Namespace, max_age_s: float
 ) -> tuple[Verdict, list[dict[str, Any]]]:
@@ -303,9 +311,7 @@ def _control_from_registry(
     url = args.redis_url or config.redis_url
     if not url:
         raise _ProbeError("no Redis: pass --redis-url or set redisUrl (or pass --metrics-url)")
-    client = redis.Redis.from_url(
-        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
-    )
+    client = _redis_client(url, config)
     try:
         entries = health_control.live_controllers(
             RedisStore(client, config.redis_key_prefix).processes.entries("control")
@@ -356,9 +362,7 @@ def _policy_lines(args: argparse.Namespace) -> list[str]:
     url = args.redis_url or config.redis_url
     if not url:
         return []
-    client = redis.Redis.from_url(
-        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
-    )
+    client = _redis_client(url, config)
     try:
         store = RedisStore(client, config.redis_key_prefix, clock="server")
         live = store.live_brokers(store.server_time_ms())
@@ -402,9 +406,7 @@ def _read_stream(
     url = args.redis_url or config.redis_url
     if not url:
         raise _ProbeError("no Redis: pass --redis-url or set redisUrl")
-    client = redis.Redis.from_url(
-        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
-    )
+    client = _redis_client(url, config)
     try:
         value = stream_progress(client, config.redis_key_prefix)
         wall = RedisProgress(client, config.redis_key_prefix).committed_wall_ms()
