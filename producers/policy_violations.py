@@ -71,13 +71,17 @@ def _allowed_by_isolation(namespace: str, broker: str, policies: PlacementPolici
     return policy.is_primary(broker) or policy.is_secondary(broker)
 
 
-def _uneven(counts: Mapping[str, int]) -> tuple[str, str] | None:
-    """(fullest, emptiest) when their counts differ by two or more, else ``None``."""
+def _uneven(kind: str, key: str, counts: Mapping[str, int], place: str) -> list[Violation]:
+    """One ``kind`` violation when the fullest and the emptiest of ``counts`` differ by two or
+    more namespaces of the group (``place`` names what is counted: "" or "domain ")."""
     if len(counts) < 2:
-        return None
+        return []
     hi = max(sorted(counts), key=lambda k: counts[k])
     lo = min(sorted(counts), key=lambda k: counts[k])
-    return (hi, lo) if counts[hi] - counts[lo] >= 2 else None
+    if counts[hi] - counts[lo] < 2:
+        return []
+    text = f"{place}{hi} serves {counts[hi]} namespaces of the group, {lo} {counts[lo]}"
+    return [Violation(kind, key, text)]
 
 
 def _group_violations(
@@ -97,32 +101,13 @@ def _group_violations(
         b for b in live if any(_allowed_by_isolation(ns, b, policies) for ns in members)
     )
     per_broker = {b: len(served.get(b, ())) for b in usable}
-    pair = _uneven(per_broker)
-    if pair is not None:
-        hi, lo = pair
-        out.append(
-            Violation(
-                ANTI_AFFINITY,
-                key,
-                f"{hi} serves {per_broker[hi]} namespaces of the group, {lo} {per_broker[lo]}",
-            )
-        )
+    out += _uneven(ANTI_AFFINITY, key, per_broker, "")
     if domains_enabled and policies.failure_domains:
         per_domain: dict[str, int] = {}
         for b in usable:
             domain = policies.domain_of(b) or DEFAULT_DOMAIN
             per_domain[domain] = per_domain.get(domain, 0) + per_broker[b]
-        pair = _uneven(per_domain)
-        if pair is not None:
-            hi, lo = pair
-            out.append(
-                Violation(
-                    FAILURE_DOMAIN,
-                    key,
-                    f"domain {hi} serves {per_domain[hi]} namespaces of the group, "
-                    f"{lo} {per_domain[lo]}",
-                )
-            )
+        out += _uneven(FAILURE_DOMAIN, key, per_domain, "domain ")
     return out
 
 
