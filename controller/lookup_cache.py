@@ -57,19 +57,17 @@ different connections).
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import threading
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from loadbalance.bundles import normalize_topic, topic_namespace
+from loadbalance.bundles import bundle_index, topic_namespace, topic_namespace_and_hash
 from loadbalance.errors import InvalidInput
 from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
@@ -90,7 +88,6 @@ class _NsEntry:
 
     boundaries: tuple[int, ...]
     names: list[str]
-    last: int  # index of the last bundle (which also holds 0xFFFFFFFF)
     version: int
 
 
@@ -184,15 +181,11 @@ class LookupCache:
         if time.monotonic() - self._fresh_as_of > self.max_staleness_s:
             self.stats.fallbacks += 1
             return self.store.lookup(topic, now_ms)
-        full = normalize_topic(topic)
-        ns = full.split("://", 1)[1].rsplit("/", 1)[0] if full.count("/") == 4 else None
-        if ns is None:
-            ns = topic_namespace(full)
+        ns, h = topic_namespace_and_hash(topic)
         entry = self._ns.get(ns)
         if entry is None:
             entry = self._fill_namespaces([ns])[ns]
-        i = bisect.bisect_right(entry.boundaries, zlib.crc32(full.encode("utf-8"))) - 1
-        bundle = entry.names[i if i < entry.last else entry.last]
+        bundle = entry.names[bundle_index(entry.boundaries, h)]
         lease = self._leases.get(bundle, _MISS)
         if lease is _MISS:
             lease = self._fill_leases([bundle])[bundle]
@@ -210,18 +203,14 @@ class LookupCache:
         out: list[tuple[str, Lease | None]] = []
         misses: list[int] = []
         for topic in topics:
-            full = normalize_topic(topic)
-            ns = full.split("://", 1)[1].rsplit("/", 1)[0] if full.count("/") == 4 else None
-            if ns is None:
-                ns = topic_namespace(full)
+            ns, h = topic_namespace_and_hash(topic)
             entry = ns_map.get(ns) or filled_ns.get(ns)
             if entry is None:
                 # read every namespace of the batch that is missing now, in one round trip
                 wanted = {topic_namespace(t) for t in topics} - ns_map.keys() - filled_ns.keys()
                 filled_ns.update(self._fill_namespaces(sorted(wanted | {ns})))
                 entry = filled_ns[ns]
-            i = bisect.bisect_right(entry.boundaries, zlib.crc32(full.encode("utf-8"))) - 1
-            bundle = entry.names[i if i < entry.last else entry.last]
+            bundle = entry.names[bundle_index(entry.boundaries, h)]
             lease = leases.get(bundle, _MISS)
             if lease is _MISS:
                 misses.append(len(out))
@@ -255,7 +244,7 @@ class LookupCache:
                 self._unmark_pending(keys, marks)
                 raise InvalidInput("namespace", f"unknown namespace {ns}")
             bounds = nb.boundaries
-            out[ns] = _NsEntry(bounds, nb.bundle_names, len(bounds) - 2, nb.version)
+            out[ns] = _NsEntry(bounds, nb.bundle_names, nb.version)
         with self._lock:
             for ns, k, m in zip(namespaces, keys, marks):
                 if self._pending.get(k) is m:

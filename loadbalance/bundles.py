@@ -78,7 +78,32 @@ def _is_v1_system_namespace(parts: Sequence[str]) -> bool:
 
 def topic_hash(topic: str) -> int:
     """CRC32 of the normalised full topic name, as Pulsar's bundle factory hashes it."""
-    return zlib.crc32(normalize_topic(topic).encode("utf-8")) & 0xFFFFFFFF
+    return topic_namespace_and_hash(topic)[1]
+
+
+def topic_namespace_and_hash(topic: str) -> tuple[str, int]:
+    """A topic's ``tenant/ns`` and its bundle hash (Pulsar's ``Hashing.crc32()`` of the full
+    name, UTF-8), from one normalisation.
+
+    Why one function: the store's lookup, the controller's lookup cache and the simulator all
+    place topics on the ring, and a second copy of the hash that drifted (another encoding, a
+    short name left unnormalised) would send a topic to another bundle than Pulsar does. The
+    namespace of the usual ``domain://tenant/ns/topic`` is cut out directly: lookups call this
+    for every topic."""
+    full = normalize_topic(topic)
+    if full.count("/") == 4:
+        ns = full.split("://", 1)[1].rsplit("/", 1)[0]
+    else:
+        ns = topic_namespace(full)
+    return ns, zlib.crc32(full.encode("utf-8")) & 0xFFFFFFFF
+
+
+def bundle_index(boundaries: Sequence[int], h: int) -> int:
+    """Index of the bundle of a namespace's sorted ``boundaries`` that holds hash ``h`` (binary
+    search; the last bundle also holds ``0xFFFFFFFF``). ``h`` must be on the ring."""
+    i = bisect.bisect_right(boundaries, h) - 1
+    last = len(boundaries) - 2
+    return i if i < last else last
 
 
 def normalize_topic(topic: str) -> str:
@@ -262,8 +287,7 @@ class NamespaceBundles:
         """Index of the bundle holding hash ``h`` (binary search, as ``NamespaceBundles``)."""
         if not FULL_LOWER <= h <= FULL_UPPER:
             raise InvalidBundle("hash", f"0x{h:x} is outside the 32-bit ring")
-        idx = bisect.bisect_right(self.boundaries, h) - 1
-        return min(idx, len(self.boundaries) - 2)
+        return bundle_index(self.boundaries, h)
 
     def find_bundle_by_hash(self, h: int) -> BundleRange:
         i = self.find_index(h)

@@ -33,7 +33,6 @@ import contextlib
 import functools
 import json
 import uuid
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,9 +42,9 @@ from loadbalance.bundles import (
     BundleRange,
     NamespaceBundles,
     check_boundaries,
-    normalize_topic,
     parse_bundle,
     topic_namespace,
+    topic_namespace_and_hash,
 )
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_history import Event, NamespaceVersion, Recorder, Revocation
@@ -701,16 +700,12 @@ class RedisStore:
 
     def _bundle_of(self, topic: str) -> str:
         """Hot path of lookups: hash, binary search, and a cached name per bundle index."""
-        full = normalize_topic(topic)
-        ns = full.split("://", 1)[1].rsplit("/", 1)[0] if full.count("/") == 4 else None
-        if ns is None:
-            ns = topic_namespace(full)
+        ns, h = topic_namespace_and_hash(topic)
         nb = self._ns_cache[ns]
         names = self._names_cache.get((ns, nb.version))
         if names is None:
             names = nb.bundle_names
             self._names_cache[(ns, nb.version)] = names
-        h = zlib.crc32(full.encode("utf-8")) & 0xFFFFFFFF
         return names[nb.find_index(h)]
 
     def lookup_many(self, topics: Sequence[str], now_ms: int) -> list[tuple[str, Lease | None]]:
