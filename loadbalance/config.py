@@ -635,6 +635,13 @@ class LoadBalancerConfig(BaseModel):
     redis_key_prefix: str = _f(
         "lb", "Prefix of every Redis key.", alias="redisKeyPrefix", min_length=1
     )
+    redis_allow_evicting_policy: bool = _f(
+        False,
+        "Ours: let lbctl control, stream and run start on a Redis whose maxmemory-policy may "
+        "evict keys (anything but noeviction); an evicted lease or namespace is ownership "
+        "silently lost, so they refuse it unless this is on.",
+        alias="redisAllowEvictingPolicy",
+    )
     load_reports_topic: str = _f(
         "lb-load-reports", "Kafka topic of load reports.", alias="loadReportsTopic", min_length=1
     )
