@@ -24,7 +24,7 @@ before every decision. From the detection until the recovery the loop neither ap
 would hand out tokens below the floor or place bundles on a half-rebuilt ring. After it, the
 loop logs a one-line summary, publishes an ``assigned`` event per re-granted lease and resumes.
 
-Consumer settings follow DESIGN.md §6: ``session.timeout.ms=6000`` and
+Consumer settings (docs/architecture.md, Constraints): ``session.timeout.ms=6000`` and
 ``max.poll.interval.ms=10000`` keep a group join on the embedded broker to a few seconds.
 """
 

@@ -1,11 +1,11 @@
 """Embedded Apache Kafka broker and Redis, started and stopped from Python.
 
 Why: the test suite and the demo must run on a fresh machine with no Docker and no network, so
-they bring their own servers (DESIGN.md §6). Each service binds a free loopback port, answers a
-readiness probe before ``start()`` returns (Kafka: a metadata request; Redis: PING), writes its
-log into the given folder, and is stopped with SIGTERM then SIGKILL. Children run in their own
-process group and, by default, die with their parent (``PR_SET_PDEATHSIG``), so a killed test run
-leaves nothing behind.
+they bring their own servers (docs/architecture.md, Constraints). Each service binds a free
+loopback port, answers a readiness probe before ``start()`` returns (Kafka: a metadata request;
+Redis: PING), writes its log into the given folder, and is stopped with SIGTERM then SIGKILL.
+Children run in their own process group and, by default, die with their parent
+(``PR_SET_PDEATHSIG``), so a killed test run leaves nothing behind.
 
 Kafka runs from jars fetched once from Maven Central (``infra.jars``, ``infra.kafka_server``).
 """

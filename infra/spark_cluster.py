@@ -5,7 +5,7 @@ with its own Python workers, state is written by executors on other processes th
 and the driver reaches Kafka and Redis from elsewhere than the tasks do. ``local[N]`` hides all
 of that (one JVM), so the test suite starts a real master and real workers here, the way
 ``sbin/start-master.sh`` would on a machine of the cluster, but with no install beyond the
-pyspark wheel (DESIGN.md §6):
+pyspark wheel (docs/architecture.md, Constraints):
 
 * ``SPARK_HOME`` is the pyspark package folder, whose ``bin/spark-class`` runs
   ``org.apache.spark.deploy.master.Master`` and ``...deploy.worker.Worker``;

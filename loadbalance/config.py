@@ -4,7 +4,7 @@ Attributes are the snake_case of Pulsar's names (acronyms as one word:
 ``loadBalancerCPUResourceWeight`` -> ``load_balancer_cpu_resource_weight``); Pulsar's camelCase
 name is the alias, so a ``broker.conf`` key, an ``LB_<name>`` environment variable and a
 ``--set name=value`` all use the name a Pulsar operator knows. Defaults are those of
-``ServiceConfiguration`` in the reference (``../shared/reference/pulsar-load-manager.md``).
+Pulsar's ``ServiceConfiguration`` (docs/pulsar-parity.md lists where this one differs).
 
 Deviations and additions (each says so in its description):
 

@@ -4,8 +4,8 @@ Fast mode (``producers.fast_sim``) keeps ownership in memory and runs the policy
 is the same world (``producers.sim_model`` with the same scenario, seed and RNG stream) plugged
 into the product instead: the Spark job reads the reports it publishes, the controller applies
 the job's decisions to Redis, and the simulated brokers serve exactly what Redis says they own,
-so a transfer applied in Redis shows up in the next cycle's reports (DESIGN.md §2: the loop is
-closed).
+so a transfer applied in Redis shows up in the next cycle's reports (the loop is closed:
+docs/architecture.md, Constraints).
 
 Three clocks, on purpose:
 

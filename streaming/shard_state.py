@@ -1,7 +1,7 @@
 """Per-shard bundle averages as arrays, and the vectorised form of Pulsar's update rule.
 
 Why arrays: keying Spark state by individual bundle costs state-server round trips per key and a
-Python call per row (too slow for the bundle samples a cluster sends, DESIGN.md §5), so the job
+Python call per row (too slow for the bundle samples a cluster sends), so the job
 keys bundle state by *shard* (``shard_of(bundle)``) and keeps a whole shard as one record plus
 the delta records of the batches since (``streaming.state``). Inside a shard the update of
 ``TimeAverageMessageData`` runs as NumPy operations across bundles.

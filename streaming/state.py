@@ -1,7 +1,7 @@
 """The stateful step (``transformWithStateInPandas``): per-bundle averages and per-broker history.
 
-Keys and state layout (why: DESIGN.md §5, each key costs state-server round trips and a Python
-call, so there are few keys and the work inside a key is vectorised):
+Keys and state layout (why, docs/architecture.md, Constraints: each key costs state-server
+round trips and a Python call, so there are few keys and the work inside a key is vectorised):
 
 * ``s:<shard>`` (``crc32(bundle) % n_shards``; with a salt, ``s:<shard>.<salt>``, that deals the
   shards out evenly over the state partitions: ``streaming.state_keys``; its output is named

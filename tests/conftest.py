@@ -2,9 +2,9 @@
 
 Why shared: starting the servers is cheap (well under a second each) but the Spark JVM is not
 (several seconds), and the suite must stay fast on a 2-core machine. Every fixture below starts
-real components on free loopback ports (DESIGN.md §6); nothing assumes a fixed port or a service
-left running, and everything is stopped at the end of the session (the servers also die with the
-pytest process if it is killed).
+real components on free loopback ports (docs/architecture.md, Constraints); nothing assumes a
+fixed port or a service left running, and everything is stopped at the end of the session (the
+servers also die with the pytest process if it is killed).
 
 Fixtures:
 

@@ -2,7 +2,7 @@
 
 The same tests as the integration tier (imported), with ``kafka_bootstrap`` a Kafka container
 (conftest.py) instead of the embedded Kafka-protocol broker, whose ListOffsets and group-join
-quirks (DESIGN.md §6) the product works around; here they meet the real broker:
+quirks the product works around; here they meet the real broker:
 
 * a broker agent publishes load reports keyed by broker id;
 * the Python streaming source reads every record exactly once, then only new ones after a
