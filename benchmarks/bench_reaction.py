@@ -313,11 +313,13 @@ class Observer(threading.Thread):
 
     def __init__(self, redis_url: str, prefix: str, poll_s: float) -> None:
         super().__init__(daemon=True, name="observer")
+        import redis
+
         from metadata_store.ownership_redis import RedisStore
         from metadata_store.progress import RedisProgress
 
         self.store = RedisStore.from_url(redis_url, prefix=prefix)
-        self.progress = RedisProgress.from_url(redis_url, prefix)
+        self.progress = RedisProgress(redis.Redis.from_url(redis_url), prefix)
         self.poll_s = poll_s
         self.lock = threading.Lock()
         self.commits: list[tuple[int, float]] = []  # (job clock, first wall ms seen)

@@ -13,6 +13,13 @@ error. Addresses are shown with their passwords masked.
 
 ``probe_kafka`` / ``probe_redis`` answer the same question without raising (the reason, or
 None when the service answers), for a running process that wants to say which service it lost.
+
+``check_redis_settings`` is the start-up check of the services that keep ownership in Redis
+(``lbctl control``, ``stream``, ``run``): a ``maxmemory-policy`` that may evict keys ends the
+command (``RedisMisconfigured``, one line naming the setting and the fix) unless
+``redisAllowEvictingPolicy`` is on; a Redis that persists nothing, or whose ``CONFIG`` is
+refused (a managed Redis), is one warning and the command carries on
+(``infra.redis_settings``).
 """
 
 from __future__ import annotations
@@ -25,19 +32,25 @@ from typing import Any
 import redis
 from confluent_kafka.admin import AdminClient
 
+from infra import redis_settings
 from infra.client_logging import RepeatFilter
 from infra.kafka_auth import KafkaAuthError, list_topics, raise_on_auth_error
+from infra.redis_client import connect
 from infra.topics import kafka_client_config
-from loadbalance.config import redact_url
+from loadbalance.config import LoadBalancerConfig, redact_url
+
+log = logging.getLogger("lbctl.preflight")
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "KAFKA_FIX",
     "REDIS_FIX",
     "BadAddress",
+    "RedisMisconfigured",
     "ServiceUnavailable",
     "check_kafka",
     "check_redis",
+    "check_redis_settings",
     "check_redis_url",
     "probe_kafka",
     "probe_redis",
@@ -97,6 +110,10 @@ class BadAddress(ServiceUnavailable):
     """A service address that cannot be right whatever the network does (a malformed URL)."""
 
 
+class RedisMisconfigured(ServiceUnavailable):
+    """Redis answers but is set up to lose ownership (an evicting ``maxmemory-policy``)."""
+
+
 def check_redis_url(url: str) -> None:
     """``BadAddress`` unless redis-py can parse ``url`` (scheme, port, database)."""
     shown = redact_url(url)
@@ -113,52 +130,90 @@ def check_redis_url(url: str) -> None:
 
 
 def probe_redis(
-    url: str, client_kwargs: Mapping[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+    url: str, config: LoadBalancerConfig | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> str | None:
     """None when Redis at ``url`` answers a PING within ``timeout_s``; else the one-line
     reason ``check_redis`` would raise."""
     try:
-        check_redis(url, client_kwargs, timeout_s)
+        check_redis(url, config, timeout_s)
     except ServiceUnavailable as e:
         return str(e)
     return None
 
 
 def check_redis(
-    url: str, client_kwargs: Mapping[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+    url: str, config: LoadBalancerConfig | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> None:
-    """``ServiceUnavailable`` unless Redis at ``url`` (with the ACL/TLS ``client_kwargs``)
-    answers a PING within ``timeout_s``; ``BadAddress`` for a malformed URL."""
+    """``ServiceUnavailable`` unless Redis at ``url`` (with the configuration's ACL user,
+    password and TLS files) answers a PING within ``timeout_s``; ``BadAddress`` for a
+    malformed URL."""
     check_redis_url(url)
-    shown = redact_url(url)
-    kwargs = {**(client_kwargs or {}), "socket_timeout": timeout_s}
-    kwargs["socket_connect_timeout"] = timeout_s
-    client = redis.Redis.from_url(url, **kwargs)
+    client = _probe_client(url, config, timeout_s)
     try:
         client.ping()
-    except redis.AuthenticationError:
-        raise ServiceUnavailable(
-            "redis", f"Redis at {shown} refused the credentials: {_REDIS_AUTH_FIX}"
-        ) from None
-    except redis.ResponseError as e:  # NOAUTH: a password is required and none was given
-        if "NOAUTH" not in str(e) and "WRONGPASS" not in str(e):
-            raise
-        raise ServiceUnavailable(
-            "redis", f"Redis at {shown} requires credentials: {_REDIS_AUTH_FIX}"
-        ) from None
-    except redis.TimeoutError:
-        raise ServiceUnavailable(
-            "redis",
-            f"cannot reach Redis at {shown} within {timeout_s:g} s (timed out): {REDIS_FIX}",
-        ) from None
-    except redis.ConnectionError as e:
-        raise ServiceUnavailable(
-            "redis",
-            f"cannot reach Redis at {shown} within {timeout_s:g} s ({_redis_reason(e)}): "
-            f"{REDIS_FIX}",
-        ) from None
+    except redis.RedisError as e:
+        raise _unavailable(e, url, timeout_s) from None
     finally:
         client.close()
+
+
+def check_redis_settings(
+    url: str, config: LoadBalancerConfig, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> redis_settings.SettingsVerdict:
+    """Read and judge the settings ownership depends on (``infra.redis_settings``):
+    ``RedisMisconfigured`` for an evicting policy that ``redisAllowEvictingPolicy`` does not
+    allow; each warning logged as one line. Call after ``check_redis``."""
+    client = _probe_client(url, config, timeout_s)
+    try:
+        settings = redis_settings.read_settings(client)
+    except redis.RedisError as e:
+        raise _unavailable(e, url, timeout_s) from None
+    finally:
+        client.close()
+    verdict = redis_settings.judge(settings, redact_url(url), config.redis_allow_evicting_policy)
+    if verdict.refusal is not None:
+        raise RedisMisconfigured("redis", verdict.refusal)
+    for line in verdict.warnings:
+        log.warning("%s", line)
+    return verdict
+
+
+def _probe_client(url: str, config: LoadBalancerConfig | None, timeout_s: float) -> redis.Redis:
+    return connect(
+        url,
+        config,
+        purpose="preflight",
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+    )
+
+
+def _unavailable(error: redis.RedisError, url: str, timeout_s: float) -> ServiceUnavailable:
+    """The one-line ``ServiceUnavailable`` for what a probe's command raised; an error that
+    is none of refused credentials, a timeout or a lost connection is raised as it is."""
+    shown = redact_url(url)
+    if isinstance(error, redis.AuthenticationError):
+        return ServiceUnavailable(
+            "redis", f"Redis at {shown} refused the credentials: {_REDIS_AUTH_FIX}"
+        )
+    if isinstance(error, redis.ResponseError):  # NOAUTH: a password is required, none given
+        if "NOAUTH" not in str(error) and "WRONGPASS" not in str(error):
+            raise error
+        return ServiceUnavailable(
+            "redis", f"Redis at {shown} requires credentials: {_REDIS_AUTH_FIX}"
+        )
+    if isinstance(error, redis.TimeoutError):
+        return ServiceUnavailable(
+            "redis",
+            f"cannot reach Redis at {shown} within {timeout_s:g} s (timed out): {REDIS_FIX}",
+        )
+    if isinstance(error, redis.ConnectionError):
+        return ServiceUnavailable(
+            "redis",
+            f"cannot reach Redis at {shown} within {timeout_s:g} s ({_redis_reason(error)}): "
+            f"{REDIS_FIX}",
+        )
+    raise error
 
 
 def _redis_reason(error: BaseException) -> str:

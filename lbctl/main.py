@@ -11,6 +11,10 @@ with a ``--redis-url`` option needs the Redis it names (or ``redisUrl``), one wi
 is given or configured (a command without one says so itself). A malformed URL, an address
 nobody answers on within a few seconds, or refused credentials end the command with one line
 naming the address and what to check, before any heavy work (Spark, topic creation, a loop).
+The commands that keep ownership in Redis (``control``, ``stream``, ``run``) also read its
+``maxmemory-policy`` and persistence settings: an evicting policy ends them in one line
+unless ``redisAllowEvictingPolicy`` is on, and a Redis that persists nothing or hides its
+``CONFIG`` is one warning (``preflight.check_redis_settings``).
 Kinds of trouble met later that a command does not handle itself end it in one line too, never
 in a traceback.
 """
@@ -52,6 +56,8 @@ NO_PREFLIGHT = frozenset({"health", "monitor", "infra", "bench", "config", "deci
 # Of those, the ones that still need a well-formed Redis URL: a malformed one is no service
 # state to report, only a usage error.
 URL_FORM_ONLY = frozenset({"health", "monitor"})
+# Commands that keep ownership in Redis: its eviction policy and persistence are checked too.
+REDIS_SETTINGS_CHECKED = frozenset({"control", "stream", "run"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,7 +158,9 @@ def check_services(
             preflight.check_redis_url(url)
         return
     if url:
-        preflight.check_redis(url, config.redis_client_kwargs(), timeout_s)
+        preflight.check_redis(url, config, timeout_s)
+        if args.command in REDIS_SETTINGS_CHECKED:
+            preflight.check_redis_settings(url, config, timeout_s)
     if bootstrap:
         preflight.check_kafka(bootstrap, config.kafka_client_settings(), timeout_s)
 

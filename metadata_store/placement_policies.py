@@ -33,8 +33,6 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-import redis
-
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.placement.policies import NamespaceIsolationPolicy, PlacementPolicies
 from metadata_store.keys import Keys
@@ -80,11 +78,6 @@ class PlacementPoliciesStore:
         self._key = Keys(prefix).policies()
         self._cas = client.register_script(_LUA_CAS)
         self._cached: StoredPolicies = _NONE
-
-    @classmethod
-    def from_url(cls, url: str, prefix: str = "lb", **kwargs: Any) -> PlacementPoliciesStore:
-        """``kwargs`` go to redis-py beside the URL (ACL user, password, TLS files)."""
-        return cls(redis.Redis.from_url(url, **kwargs), prefix)
 
     # -- reads -----------------------------------------------------------------------------------
     def read_versioned(self) -> StoredPolicies:

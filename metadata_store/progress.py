@@ -20,8 +20,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import redis
-
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.cycle import CycleState
 from metadata_store.cycle_state import CycleStateJson
@@ -127,14 +125,6 @@ class RedisProgress:
         # tens of ms to write out (the state is a frozen value, so the same object is the
         # same text)
         self._dumped: tuple[CycleState, str] | None = None
-
-    @classmethod
-    def from_url(
-        cls, url: str, prefix: str, *, codec: CycleStateCodec | None = None, **kwargs: Any
-    ) -> RedisProgress:
-        """``kwargs`` go to redis-py beside the URL (ACL user, password, TLS files)."""
-
-        return cls(redis.Redis.from_url(url, **kwargs), prefix, codec=codec)
 
     def close(self) -> None:
         self._r.close()

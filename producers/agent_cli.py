@@ -13,6 +13,7 @@ import sys
 
 from infra import metrics
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
+from infra.redis_client import connect
 from loadbalance.config import ConfigError, LoadBalancerConfig
 from metadata_store.ownership_redis import RedisStore
 from producers.agent import Agent, KafkaReportPublisher, LeaseKeeper
@@ -105,9 +106,8 @@ def run_agent(args: argparse.Namespace) -> int:
     keeper = None
     redis_url = args.redis_url or config.redis_url
     if redis_url:
-        store = RedisStore.from_url(
-            redis_url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
-        )
+        client = connect(redis_url, config, purpose="agent")
+        store = RedisStore(client, config.redis_key_prefix, clock="server")
         keeper = LeaseKeeper(
             store,
             args.broker_id,

@@ -337,12 +337,11 @@ def _preflight(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _service_watch(args: argparse.Namespace, config: Any, settings: Any) -> ServiceWatch:
     """The watch over the job's Kafka and Redis, with the configured client settings."""
-    client_kwargs = config.redis_client_kwargs()
 
     def probe() -> str | None:
         lost = probe_kafka(settings.bootstrap_servers, settings.client_config)
         if lost is None and settings.redis_url:
-            lost = probe_redis(settings.redis_url, client_kwargs)
+            lost = probe_redis(settings.redis_url, config)
         return lost
 
     return ServiceWatch(probe, window_s=args.restart_window_s)

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infra import metrics
+from infra.redis_client import connect
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step, weights_from_config
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
@@ -309,23 +310,18 @@ class DecisionStage:
             # a cycle of an earlier stage of this process (a query that failed and was
             # restarted) may still be publishing: its commit must come before this read
             wait_for_background_cycles()
+            client = (
+                connect(self.redis_url, self.config, purpose="stream") if self.redis_url else None
+            )
             self._progress_store = (
-                RedisProgress.from_url(
-                    self.redis_url,
-                    self.config.redis_key_prefix,
-                    **self.config.redis_client_kwargs(),
-                )
-                if self.redis_url
+                RedisProgress(client, self.config.redis_key_prefix)
+                if client is not None
                 else MemoryProgress()
             )
             # the operator's placement policies, read once per cycle (none without Redis)
             self._policies = (
-                PlacementPoliciesStore.from_url(
-                    self.redis_url,
-                    self.config.redis_key_prefix,
-                    **self.config.redis_client_kwargs(),
-                )
-                if self.redis_url
+                PlacementPoliciesStore(client, self.config.redis_key_prefix)
+                if client is not None
                 else None
             )
             self._progress = self._progress_store.read()

@@ -83,7 +83,7 @@ def test_concurrent_writers_of_different_policies_all_land(redis_url: str, fresh
 
     def write(i: int) -> None:
         try:
-            store = PlacementPoliciesStore.from_url(redis_url)
+            store = PlacementPoliciesStore(redis.Redis.from_url(redis_url))
             for j in range(5):
                 store.set_anti_affinity_group(f"t/ns-{i}-{j}", f"g{i}")
         except BaseException as e:  # reported below
