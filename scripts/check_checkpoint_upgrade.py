@@ -125,14 +125,14 @@ def shard_records(redis_url: str, prefix: str) -> tuple[dict[str, bytes], list[s
     """Every shard of the load snapshot, whole record and deltas merged; and the fields."""
     import redis
 
-    from metadata_store.load_snapshot import encode_bundle_shard, merged_shards
+    from metadata_store.load_snapshot import LoadSnapshot, encode_bundle_shard
 
     client = redis.Redis.from_url(redis_url)
     try:
-        fields = {k.decode(): v for k, v in client.hgetall(f"{prefix}:load:shards").items()}
+        data = LoadSnapshot(client, prefix).read()
     finally:
         client.close()
-    return {k: encode_bundle_shard(v) for k, v in merged_shards(fields).items()}, sorted(fields)
+    return {k: encode_bundle_shard(v) for k, v in data.records.items()}, sorted(data.shards)
 
 
 def main(argv: list[str] | None = None) -> int:

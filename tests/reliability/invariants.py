@@ -28,6 +28,7 @@ from pathlib import Path
 import redis
 
 from infra.process import spawn
+from metadata_store.keys import Keys
 
 FULL_UPPER = 0xFFFFFFFF
 REPO = Path(__file__).resolve().parents[2]
@@ -55,18 +56,20 @@ class StoreState:
 
 def read_state(r: redis.Redis, prefix: str) -> StoreState:
     s = StoreState()
-    for raw in r.smembers(f"{prefix}:namespaces"):
+    keys = Keys(prefix)
+    for raw in r.smembers(keys.namespaces()):
         ns = raw.decode()
-        doc = r.hgetall(f"{prefix}:ns:{ns}")
+        doc = r.hgetall(keys.ns(ns))
         s.boundaries[ns] = [int(x, 16) for x in doc[b"boundaries"].decode().split(",")]
         s.versions[ns] = int(doc[b"version"])
-    for key in r.scan_iter(match=f"{prefix}:lease:*", count=1000):
+    lease_prefix, owned_prefix = keys.lease_prefix(), keys.owned("")
+    for key in r.scan_iter(match=lease_prefix + "*", count=1000):
         doc = r.hgetall(key)
-        bundle = key.decode()[len(f"{prefix}:lease:") :]
+        bundle = key.decode()[len(lease_prefix) :]
         s.leases[bundle] = (doc[b"broker"].decode(), int(doc[b"token"]), int(doc[b"expires"]))
-    for key in r.scan_iter(match=f"{prefix}:owned:*", count=1000):
-        s.owned[key.decode()[len(f"{prefix}:owned:") :]] = {m.decode() for m in r.smembers(key)}
-    s.fence = int(r.get(f"{prefix}:fence") or 0)
+    for key in r.scan_iter(match=owned_prefix + "*", count=1000):
+        s.owned[key.decode()[len(owned_prefix) :]] = {m.decode() for m in r.smembers(key)}
+    s.fence = int(r.get(keys.fence()) or 0)
     return s
 
 

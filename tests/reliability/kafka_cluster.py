@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from controller.apply import apply_decision, apply_knobs
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import Decision
+from metadata_store.keys import Keys
 from metadata_store.ownership_redis import RedisStore
 from tests.reliability.invariants import StoreState, check_invariants, read_state
 
@@ -88,7 +89,8 @@ def first_copies(published: list[Decision]) -> dict[str, Decision]:
 def outcome_entries(r: redis.Redis, prefix: str) -> list[tuple[str, str]]:
     """(decision id, outcome) of every outcome-stream entry, in the order recorded."""
     return [
-        (f[b"id"].decode(), f[b"outcome"].decode()) for _, f in r.xrange(f"{prefix}:outcome-stream")
+        (f[b"id"].decode(), f[b"outcome"].decode())
+        for _, f in r.xrange(Keys(prefix).outcome_stream())
     ]
 
 
