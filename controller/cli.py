@@ -38,6 +38,7 @@ from controller.placement import base_view, lookup_assign_event
 from controller.recovery import AutoRecovery
 from infra import metrics
 from infra.config_loading import add_config_arguments, load_from_args
+from infra.redis_client import connect
 from infra.topics import ensure_topics
 from loadbalance.config import ConfigError, LoadBalancerConfig, redact_url
 from loadbalance.errors import Conflict, InvalidInput, Transient
@@ -284,9 +285,8 @@ def _run(func: Any, args: argparse.Namespace) -> int:
         if not url:
             print("lbctl: no Redis: pass --redis-url or set redisUrl", file=sys.stderr)
             return 2
-        store = RedisStore.from_url(
-            url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
-        )
+        client = connect(url, config, purpose="admin")
+        store = RedisStore(client, config.redis_key_prefix, clock="server")
         rows = func(store, args, config)
     except (ConfigError, av.UsageError) as e:
         print(f"lbctl: {e}", file=sys.stderr)
@@ -433,7 +433,8 @@ def _control(args: argparse.Namespace) -> int:
     topics = (config.decisions_topic, config.ownership_events_topic)
     ensure_topics(bootstrap, dict.fromkeys(topics, config.topic_partitions), security)
     metrics_port = metrics.serve_from_args(args)
-    store = RedisStore.from_url(url, prefix=config.redis_key_prefix, **config.redis_client_kwargs())
+    client = connect(url, config, purpose="control")
+    store = RedisStore(client, config.redis_key_prefix, clock="server")
     lease_ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
     recovery = None
     if not args.no_auto_recover and not args.dry_run:

@@ -47,14 +47,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from controller.events import ASSIGNED, MAX_TOKEN, InvalidEvent, OwnershipEvent, decode_event
+from infra import preflight
 from infra.config_loading import add_config_arguments, load_from_args
 from infra.offsets import latest_offsets
+from infra.redis_client import connect
 from infra.topics import kafka_client_config
 from loadbalance.bundles import FULL_LOWER, FULL_UPPER, NamespaceBundles, parse_bundle
-from loadbalance.config import ConfigError
+from loadbalance.config import ConfigError, LoadBalancerConfig
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from metadata_store.leases import BrokerNotAlive
 from metadata_store.ownership_redis import RedisStore
@@ -614,14 +618,19 @@ class AutoRecovery:
         return report
 
 
+# Exit status of ``python -m controller.recovery`` (its contract, in ``main``'s docstring).
+EXIT_OK, EXIT_LOST, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m controller.recovery``: check for a data loss and, if found, recover.
 
     Why a module entry point: ``lbctl control`` recovers by itself unless started with
     ``--no-auto-recover``; then (or with no controller running) this is the operator's command
     after a Redis without persistence restarted. It publishes no ownership events. Exit
-    status: 0 nothing lost or recovered, 1 a loss found with ``--check``, 2 bad usage. The
-    report is printed as JSON.
+    status: 0 nothing lost, or recovered; 1 a loss found with ``--check``; 2 bad usage; 3
+    Redis or Kafka unreachable or refusing the credentials, so nothing could be decided (one
+    line on stderr says which and what to check). The report is printed as JSON.
     """
 
     parser = argparse.ArgumentParser(prog="python -m controller.recovery", description=__doc__)
@@ -644,20 +653,46 @@ def main(argv: list[str] | None = None) -> int:
         known = {k: int(v) for k, _, v in (x.partition("=") for x in args.known_namespace)}
     except (ConfigError, ValueError) as e:
         print(f"recovery: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     url = args.redis_url or config.redis_url
     bootstrap = args.bootstrap_servers or config.kafka_bootstrap_servers
     if not url or not bootstrap:
         print("recovery: needs --redis-url and --bootstrap-servers", file=sys.stderr)
-        return 2
-    store = RedisStore.from_url(url, prefix=config.redis_key_prefix)
+        return EXIT_USAGE
+    try:
+        preflight.check_redis(url, config)
+        store = RedisStore(connect(url, config, purpose="recovery"), config.redis_key_prefix,
+                           clock="server")  # fmt: skip
+        return _check_or_recover(store, args, config, bootstrap, known)
+    except preflight.BadAddress as e:
+        print(f"recovery: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except preflight.ServiceUnavailable as e:
+        print(f"recovery: {e}; nothing was decided", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except (RedisConnectionError, RedisTimeoutError) as e:  # lost after the check
+        print(f"recovery: Redis became unreachable: {e}; {preflight.REDIS_FIX}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except Transient as e:  # the events topic could not be read: nothing was written
+        print(f"recovery: {e}; {preflight.KAFKA_FIX}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+
+
+def _check_or_recover(
+    store: RedisStore,
+    args: argparse.Namespace,
+    config: LoadBalancerConfig,
+    bootstrap: str,
+    known: dict[str, int],
+) -> int:
+    """Detect a loss; with ``--check`` (or nothing lost) say so, else recover and report."""
     now_ms = int(time.time() * 1000)
     claims = claims_from_snapshot(store, now_ms)
     reason = detect_loss(store, args.epoch, claims) or ("forced" if args.force else None)
     if reason is None or args.check:
         print(json.dumps({"lost": reason is not None, "reason": reason, "claims": claims}))
-        return 1 if reason is not None else 0
-    scan = scan_events(bootstrap, config.ownership_events_topic)
+        return EXIT_LOST if reason is not None else EXIT_OK
+    scan = scan_events(bootstrap, config.ownership_events_topic, config.kafka_client_settings())
     report = recover(
         store,
         claims,
@@ -669,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
         events=scan,
     )
     print(report.to_json())
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import redis
 from infra.jars import JarError
 from infra.kafka_server import KafkaCluster, KafkaStartError
 from infra.process import StartStop, free_port, log_tail, port_accepts, spawn, terminate
+from infra.redis_client import connect
 
 __all__ = ["EmbeddedKafka", "EmbeddedRedis", "ServiceError", "free_port", "redis_supports_tls"]
 
@@ -204,7 +205,12 @@ class EmbeddedKafka(KafkaCluster):
 
 
 class EmbeddedRedis(_Service):
-    """A ``redis-server`` on ``127.0.0.1:PORT``; no persistence unless ``appendonly=True``.
+    """A ``redis-server`` on ``127.0.0.1:PORT``, set up the way the product needs its Redis
+    (``infra.redis_settings``, docs/reliability.md "Supported Redis deployments"):
+    ``maxmemory-policy noeviction`` (never a key evicted) and an append-only file fsynced
+    every second (``appendonly yes``, ``appendfsync everysec``: a restart keeps every lease
+    but the last second of writes). ``appendonly=False`` persists nothing, for the tests of
+    the recovery after a loss; RDB snapshots are off either way (``save ""``).
 
     With ``password`` alone the default user requires it (``requirepass``); with ``username`` as
     well an ACL user with all rights is created and the default user is switched off, which is
@@ -222,7 +228,7 @@ class EmbeddedRedis(_Service):
         self,
         log_dir: Path,
         port: int | None = None,
-        appendonly: bool = False,
+        appendonly: bool = True,
         data_dir: Path | None = None,
         password: str | None = None,
         *,
@@ -281,6 +287,10 @@ class EmbeddedRedis(_Service):
             str(self.data_dir),
             "--appendonly",
             "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "everysec",
+            "--maxmemory-policy",
+            "noeviction",
         ]
         if self.password and self.username:
             argv += ["--user", self.username, "on", f">{self.password}", "~*", "&*", "+@all"]
@@ -304,7 +314,7 @@ class EmbeddedRedis(_Service):
             if self.tls_auth_clients:
                 kwargs.setdefault("ssl_certfile", str(self.tls_cert_file))
                 kwargs.setdefault("ssl_keyfile", str(self.tls_key_file))
-        return redis.Redis.from_url(self.url, **kwargs)
+        return connect(self.url, None, purpose="embedded", **kwargs)
 
     def _probe(self) -> bool:
         client = self.client(socket_timeout=2, socket_connect_timeout=2)

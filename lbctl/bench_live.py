@@ -45,10 +45,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from infra.config_loading import ensure_pipeline_topics, kafka_security
 from infra.offsets import GroupOffsets, latest_offsets, partitions_for
+from infra.redis_client import connect
 from lbctl.monitor_lag import checkpoint_offsets
 from lbctl.supervisor import SPARK_ENV, Supervisor, lbctl_argv
 from loadbalance.config import LoadBalancerConfig, knob_text, load_config
@@ -277,7 +276,7 @@ def _play(
     cycles: int,
     say: Callable[[str], None],
 ) -> tuple[LiveRunRecorder, list[float]]:
-    client = redis.Redis.from_url(redis_url, **config.redis_client_kwargs())
+    client = connect(redis_url, config, purpose="bench")
     store = RedisStore(client, config.redis_key_prefix)
     progress = RedisProgress(client, config.redis_key_prefix)
     publisher = TimestampedReportPublisher(

@@ -34,7 +34,11 @@ its age alone.
 When a Redis is known (``--redis-url`` or ``redisUrl``), the probe also prints one
 ``placement:`` line per namespace that the placement policies leave with no eligible live
 broker (``lbctl.policy_check``), naming the namespace and the policy; those lines leave the
-exit status alone, since the process is not at fault.
+exit status alone, since the process is not at fault. It also prints the Redis settings
+ownership depends on (``maxmemory-policy``, ``appendonly``/``appendfsync``, ``save``) and
+their verdict (``lbctl.health_redis``): a ``maxmemory-policy`` that may evict keys, unless
+``redisAllowEvictingPolicy`` allows it, makes the process unhealthy; no persistence or an
+unreadable ``CONFIG`` is a warning line.
 
 Exit status 0 healthy, 1 not healthy (also for a bad option or an unreachable Redis or endpoint:
 container engines reserve status 2); one line on stdout says why.
@@ -59,7 +63,8 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
-from lbctl import health_control
+from infra.redis_client import PROBE_TIMEOUT_S, connect
+from lbctl import health_control, health_redis
 from lbctl.monitor import broker_row
 from lbctl.monitor_lag import LagProbe
 from lbctl.policy_check import policy_problems
@@ -282,25 +287,45 @@ def by_job_clock(verdict: Verdict, wall_ms: int | None, now_ms: int, max_age_s: 
 
 def _report(args: argparse.Namespace, verdict: Verdict, checks: list[dict[str, Any]]) -> int:
     """Print the verdict (one line, or ``--json``) and the placement lines; the exit status."""
-    state = "healthy" if verdict.healthy else "unhealthy"
     placement = _policy_lines(args)
+    settings = _redis_settings(args)
+    if settings is not None and settings.refusal and verdict.healthy:
+        verdict = replace(verdict, healthy=False, message=f"redis: {settings.refusal}")
+    state = "healthy" if verdict.healthy else "unhealthy"
     if args.json:
         doc = {"process": args.process, "healthy": verdict.healthy, "message": verdict.message,
-               "checks": checks, "placement": placement}  # fmt: skip
+               "checks": checks, "placement": placement,
+               "redis": settings.as_dict() if settings is not None else None}  # fmt: skip
         print(json.dumps(doc, sort_keys=True))
     else:
         print(f"{args.process}: {state}: {verdict.message}")
         for line in placement:
             print(f"placement: {line}")
+        for line in settings.lines() if settings is not None else []:
+            print(line)
     return HEALTHY if verdict.healthy else UNHEALTHY
 
 
 def _redis_client(url: str, config: LoadBalancerConfig) -> redis.Redis:
     """A client for a health probe: the configuration's credentials and TLS, and 5 s
     timeouts, so a Redis that does not answer is a verdict rather than a hang."""
-    return redis.Redis.from_url(
-        url, socket_timeout=5, socket_connect_timeout=5, **config.redis_client_kwargs()
+    return connect(
+        url,
+        config,
+        purpose="health",
+        socket_timeout=PROBE_TIMEOUT_S,
+        socket_connect_timeout=PROBE_TIMEOUT_S,
     )
+
+
+def _redis_settings(args: argparse.Namespace) -> health_redis.RedisCheck | None:
+    """The Redis settings and their verdict, when a Redis is known (None otherwise)."""
+    try:
+        config = load_from_args(args, quiet=True)
+    except ConfigError:
+        return None
+    url = args.redis_url or config.redis_url
+    return health_redis.inspect(url, config) if url else None
 
 
 def _control_from_registry(

@@ -40,6 +40,7 @@ from typing import Any
 
 import redis
 
+from infra.redis_client import PROBE_TIMEOUT_S, connect
 from lbctl.monitor_services import (
     ServiceState,
     controller_states,
@@ -49,6 +50,7 @@ from lbctl.monitor_services import (
     trouble_lines,
 )
 from lbctl.policy_check import policy_problems
+from loadbalance.config import LoadBalancerConfig
 from loadbalance.values import DecisionKind, OutcomeKind
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
@@ -410,10 +412,11 @@ class Monitor:
         return self._store
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "lb", **redis_kwargs: Any) -> Monitor:
-        """``redis_kwargs``: the configuration's ``redis_client_kwargs()`` (ACL user, TLS)."""
-
-        return cls(redis.Redis.from_url(url, socket_timeout=5, **redis_kwargs), prefix)
+    def connect(cls, url: str, config: LoadBalancerConfig) -> Monitor:
+        """A monitor over the configuration's Redis client (``infra.redis_client``), with
+        probe timeouts: a Redis that does not answer is shown, not waited for."""
+        client = connect(url, config, purpose="monitor", socket_timeout=PROBE_TIMEOUT_S)
+        return cls(client, config.redis_key_prefix)
 
     def _read_outcomes(self, usage: Mapping[str, float]) -> list[DecisionRow]:
         new: list[DecisionRow] = []

@@ -154,7 +154,7 @@ def build_monitor(
 ) -> Monitor:
     """A ``Monitor`` set up from the configuration (thresholds, key prefix, clients)."""
 
-    monitor = Monitor.from_url(redis_url, config.redis_key_prefix, **config.redis_client_kwargs())
+    monitor = Monitor.connect(redis_url, config)
     monitor.kafka_configured = bool(bootstrap)
     if bootstrap:
         monitor.lag_probe = LagProbe(

@@ -41,11 +41,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
 from rich.live import Live
 
 from infra.config_loading import add_config_arguments, ensure_pipeline_topics, load_from_args
 from infra.embedded import EmbeddedKafka, EmbeddedRedis, ServiceError
+from infra.redis_client import connect
 from lbctl.monitor_cmd import build_monitor, plain_line, record, render
 from lbctl.plots import UsageHistory, write_usage_png
 from lbctl.presets import DEMO, preset_path
@@ -405,7 +405,7 @@ def _prepare(
         checkpoint = run_dir / "checkpoint"
     checkpoint = checkpoint.resolve()
     if not (checkpoint / "offsets").exists():
-        client = redis.Redis.from_url(redis_url, **config.redis_client_kwargs())
+        client = connect(redis_url, config, purpose="run")
         try:
             if RedisProgress(client, config.redis_key_prefix).forget():
                 log.warning("new checkpoint %s: dropped the old streaming progress", checkpoint)

@@ -29,6 +29,7 @@ from confluent_kafka import KafkaException
 
 from infra import metrics
 from infra.config_loading import add_config_arguments, kafka_security, reports_topic_config
+from infra.redis_client import connect
 from infra.topics import ensure_topics
 from loadbalance.config import ConfigError, LoadBalancerConfig, load_config
 from loadbalance.errors import InvalidInput
@@ -208,9 +209,8 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
         start_ms = _live_start_ms(config, bootstrap, security, scenario.tick_ms)
     except _Exit as e:
         return e.code
-    store = RedisStore.from_url(
-        redis_url, prefix=config.redis_key_prefix, **config.redis_client_kwargs()
-    )
+    client = connect(redis_url, config, purpose="simulate")
+    store = RedisStore(client, config.redis_key_prefix, clock="server")
     publisher = TimestampedReportPublisher(bootstrap, config.load_reports_topic, security)
     sim = LiveSim(
         scenario, config, store, publisher, seed=args.seed, start_ms=start_ms, stop_event=stopping
