@@ -50,6 +50,7 @@ Usage in a process::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import threading
 from collections import Counter as Tally
@@ -150,6 +151,11 @@ STREAM_INPUT_ROWS = Counter(
 STREAM_DEAD_LETTERS = Counter(
     "lbctl_stream_dead_letters_total", "Records rejected to the dead-letter topic"
 )
+STREAM_DECIDER_TERM = Gauge(
+    "lbctl_stream_decider_term",
+    "Term of the decider lease this job holds; 0 while another job holds it (this one decides "
+    "nothing)",
+)
 STREAM_BROKERS = Gauge("lbctl_stream_brokers", "Brokers in the averaged view")
 STREAM_BUNDLES = Gauge("lbctl_stream_bundles", "Bundles in the averaged view")
 #: ``kind`` is the decision kind (split, unload, transfer, ...); ``reason`` Pulsar's reason name.
@@ -183,6 +189,20 @@ CONTROL_LEASES_EXPIRED = Counter(
 CONTROL_RECOVERIES = Counter(
     "lbctl_control_recoveries_total",
     "Rebuilds of a store that lost its data (Redis without persistence), run by the control loop",
+)
+#: ``kind`` is ``controller.redis_faults.fault_kind``: connection, timeout, readonly, oom, busy,
+#: masterdown, loading, ... (waited out), reply (another Redis error reply) or error (not Redis).
+CONTROL_REDIS_FAULTS = Counter(
+    "lbctl_control_redis_faults_total",
+    "Errors the control loop backed off from (a record held un-committed, a sweep skipped)",
+    ["kind"],
+)
+#: ``reason``: broker_not_alive (the chosen destination's registration lapsed), namespace_changed
+#: (the bundle was split or merged meanwhile), malformed_key (a lease key that is no lease).
+CONTROL_SWEEP_SKIPS = Counter(
+    "lbctl_control_sweep_skips_total",
+    "Bundles and lease keys a sweep left as they were (not placed now, or not a lease)",
+    ["reason"],
 )
 #: ``result`` is owned (an owner answered), assigned (placed on lookup), none, or failure.
 LOOKUPS = Counter("lbctl_lookups_total", "Bundle owner lookups", ["result"])
@@ -226,6 +246,17 @@ AGENT_PROVIDER_FAILURES = Counter(
     "Agent checks whose bundle-stats provider gave no usable document",
     ["reason"],
 )
+#: 1 while the broker may serve the bundle by its own clock (loadbalance.serving), else 0.
+AGENT_SERVING = Gauge(
+    "lbctl_agent_serving",
+    "1 while the broker may serve the bundle (before its local serve-until), else 0",
+    ["bundle"],
+)
+AGENT_SERVING_SECONDS_LEFT = Gauge(
+    "lbctl_agent_serving_seconds_left",
+    "Seconds until the broker must stop serving the bundle unless a renewal succeeds",
+    ["bundle"],
+)
 SIMULATOR_CYCLES = Counter("lbctl_simulator_cycles_total", "Simulator ticks")
 SIMULATOR_REPORTS_PUBLISHED = Counter(
     "lbctl_simulator_reports_published_total", "Load reports the simulator published"
@@ -268,6 +299,20 @@ def set_broker_usage(
             _usage_children[broker] = children
     for child, value in zip(children, (cpu, memory, direct_memory, bandwidth_in, bandwidth_out)):
         child.set(value)
+
+
+def set_agent_serving(bundle: str, serving: bool, seconds_left: float) -> None:
+    """The agent's serving state of one bundle (``lbctl_agent_serving*``)."""
+    AGENT_SERVING.labels(bundle=bundle).set(1 if serving else 0)
+    AGENT_SERVING_SECONDS_LEFT.labels(bundle=bundle).set(seconds_left)
+
+
+def forget_agent_serving(bundles: Iterable[str]) -> None:
+    """Drop the serving gauges of bundles the agent no longer holds."""
+    for b in bundles:
+        for gauge in (AGENT_SERVING, AGENT_SERVING_SECONDS_LEFT):
+            with contextlib.suppress(KeyError):
+                gauge.remove(b)
 
 
 def forget_brokers(keep: Iterable[str]) -> None:

@@ -125,8 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _service_addresses(args: argparse.Namespace) -> tuple[str, str, LoadBalancerConfig | None]:
     """The Redis URL and the Kafka bootstrap servers the command would use ('' for none),
     and the configuration they come from."""
-    if getattr(args, "fast", False) or (
-        args.command in NO_PREFLIGHT and args.command not in URL_FORM_ONLY
+    if (
+        getattr(args, "fast", False)
+        or getattr(args, "skip_preflight", False)
+        or (args.command in NO_PREFLIGHT and args.command not in URL_FORM_ONLY)
     ):
         return "", "", None
     if not hasattr(args, "redis_url") and not hasattr(args, "bootstrap_servers"):

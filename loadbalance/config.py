@@ -584,6 +584,23 @@ class LoadBalancerConfig(BaseModel):
         alias="loadBalancerBrokerRegistrationTtlSeconds",
         **_POS,
     )
+    lease_clock_drift_bound: float = _f(
+        0.001,
+        "Ours: bound on the rate error between a broker's monotonic clock and Redis's clock "
+        "(1000 ppm: two NTP-slewed clocks at the kernel's 500 ppm limit in opposite "
+        "directions); a broker stops serving a bundle at t0 + ttl * (1 - this) - "
+        "leaseStopMarginMs after the send time t0 of its last successful renewal.",
+        alias="leaseClockDriftBound",
+        ge=0,
+        lt=0.5,
+    )
+    lease_stop_margin_ms: int = _f(
+        1000,
+        "Ours: time a broker is given to stop serving a bundle before its lease can lapse in "
+        "real time (the broker's poll of the agent's serving file plus closing the bundle), ms.",
+        alias="leaseStopMarginMs",
+        **_NONNEG,
+    )
     # -- services (ours) -------------------------------------------------------------------
     kafka_bootstrap_servers: str = _f(
         "", "Kafka bootstrap servers; empty = the embedded broker.", alias="kafkaBootstrapServers"

@@ -8,7 +8,11 @@ Redis leases. The agent runs beside it, every ``loadBalancerReportUpdateMinInter
    (JVM heap, direct memory, its CPU and NIC view) win over the host's where the provider has
    them, since they are what Pulsar's load manager would report;
 2. if a Redis store is wired in, heartbeats the broker's registration and renews the leases of
-   the bundles it reports (every check, so a lease never waits for a report to be published);
+   the bundles it reports (every check, so a lease never waits for a report to be published),
+   and keeps per bundle the local time until which the broker may serve it
+   (``loadbalance.serving``: from the monotonic send time of the last successful renewal), which
+   it publishes in the serving file (``producers.serving_hook``) and the ``lbctl_agent_serving``
+   gauges; a broker cut off from Redis thus stops serving before its lease can lapse;
 3. asks ``loadbalance.report_rule`` whether the report moved enough to publish, and if so writes
    it to the load-report topic keyed by broker id.
 
@@ -41,8 +45,10 @@ from loadbalance.errors import InvalidInput, LoadBalancerError, Transient
 from loadbalance.model import LocalBrokerData
 from loadbalance.report_codec import encode_report
 from loadbalance.report_rule import PublishVerdict, ReportUpdateRule
+from loadbalance.serving import ServingTable
 from producers.bundle_stats import BundleStatsProvider, BundleStatsSnapshot
 from producers.host_usage import HostUsage
+from producers.serving_hook import ServingHook
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +173,10 @@ class LeaseKeeper:
     Only leases this broker already holds are renewed (with the token it holds them by); a
     reported bundle that Redis gives to someone else is left alone: the store is the truth,
     and the fencing tokens would refuse the renewal anyway.
+
+    With a ``serving`` table, every renewal is stamped with ``monotonic()`` read just before the
+    request is sent (``t0`` of the serve-until rule) and when its reply came; a bundle that the
+    store no longer gives this broker is dropped from the table at once.
     """
 
     def __init__(
@@ -176,12 +186,17 @@ class LeaseKeeper:
         registration_ttl_ms: int,
         lease_ttl_ms: int,
         info: Mapping[str, Any] | None = None,
+        *,
+        serving: ServingTable | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.broker_id = broker_id
         self.registration_ttl_ms = registration_ttl_ms
         self.lease_ttl_ms = lease_ttl_ms
         self.info = dict(info or {})
+        self.serving = serving
+        self.monotonic = monotonic
 
     def held_leases(self, bundles: Iterable[str], now_ms: int) -> dict[str, int]:
         """bundle -> fencing token of the reported bundles this broker holds right now."""
@@ -204,7 +219,22 @@ class LeaseKeeper:
         """Register/heartbeat, then renew; returns bundle -> renewed."""
         self.store.register_broker(self.broker_id, now_ms, self.registration_ttl_ms, self.info)
         held = self.held_leases(bundles, now_ms)
-        return self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)
+        table = self.serving
+        if table is not None:
+            seen_at = self.monotonic()
+            for b in table.bundles():
+                if b not in held:  # another owner, released, split away or no longer reported
+                    table.lost(b, seen_at)
+        requested_at = self.monotonic()
+        renewed = self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)
+        if table is not None:
+            replied_at = self.monotonic()
+            for b, ok in renewed.items():
+                if ok:
+                    table.renewed(b, held[b], requested_at, replied_at)
+                else:
+                    table.lost(b, replied_at)
+        return renewed
 
 
 class Agent:
@@ -220,6 +250,7 @@ class Agent:
         clock: Clock = wall_clock_ms,
         *,
         lease_keeper: LeaseKeeper | None = None,
+        serving_hook: ServingHook | None = None,
         web_service_url: str = "",
         pulsar_service_url: str = "",
     ) -> None:
@@ -232,6 +263,7 @@ class Agent:
         self.publisher = publisher
         self.clock = clock
         self.lease_keeper = lease_keeper
+        self.serving_hook = serving_hook
         self.web_service_url = web_service_url
         self.pulsar_service_url = pulsar_service_url
         self.rule = ReportUpdateRule.from_config(config)
@@ -256,6 +288,12 @@ class Agent:
         if not self.rule.check_due(self.last_check_ms, now_ms):
             return False
         self.last_check_ms = now_ms
+        try:
+            return self._check(now_ms)
+        finally:
+            self._publish_serving()
+
+    def _check(self, now_ms: int) -> bool:
         stats = self._fetch_stats(now_ms)
         if stats is None:
             return False
@@ -365,6 +403,17 @@ class Agent:
         metrics.LEASE_RENEWALS.labels(result="lost").inc(len(lost))
         if lost:
             log.warning("leases not renewed (lost to another owner?): %s", ", ".join(lost))
+
+    def _publish_serving(self) -> None:
+        """Rewrite the serving file and gauges after every check, whatever it did: the
+        deadlines only move on a successful renewal, but seconds left and lapses show."""
+        keeper = self.lease_keeper
+        if self.serving_hook is None or keeper is None or keeper.serving is None:
+            return
+        try:
+            self.serving_hook.publish(keeper.serving)
+        except OSError as e:
+            log.warning("serving file not written: %s", e)
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current check."""

@@ -4,21 +4,30 @@ The shell around ``producers.agent.Agent``: it reads the configuration, builds t
 sampler, the bundle-stats provider, the Kafka publisher and (with ``--redis-url``) the Redis
 lease keeper, then loops until SIGTERM/SIGINT. ``--once`` does a single check and exits, which
 is handy from cron or to try a provider out.
+
+``lbctl agent status`` reads the serving file a running agent rewrites after every check
+(``producers.serving_hook``) and says, per bundle, whether the broker may serve it now and for
+how many seconds more; it needs neither Redis nor Kafka.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
+from typing import Any
 
 from infra import metrics
 from infra.config_loading import add_config_arguments, kafka_security, load_from_args
 from infra.redis_client import connect
 from loadbalance.config import ConfigError, LoadBalancerConfig
+from loadbalance.serving import ServingRule, ServingTable
 from metadata_store.ownership_redis import RedisStore
 from producers.agent import Agent, KafkaReportPublisher, LeaseKeeper
 from producers.bundle_stats import provider_from_spec
 from producers.host_usage import PsutilHostUsage
+from producers.serving_hook import ServingHook, default_serving_file, read_serving_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,9 +37,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Sample the host (psutil) and the broker's bundle stats, publish a "
         "LocalBrokerData report to the load-report topic whenever Pulsar's update rule says "
         "so (loadBalancerReportUpdate* knobs), and with --redis-url heartbeat the broker and "
-        "renew the leases of the bundles it reports.",
+        "renew the leases of the bundles it reports. 'lbctl agent status' shows, from the "
+        "serving file, which bundles the broker may serve now.",
     )
-    p.add_argument("--broker-id", required=True, help="broker id; also the Kafka record key")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("run", "status"),
+        default="run",
+        help="run (default): the agent loop; status: what the running agent lets its broker "
+        "serve now, read from the serving file",
+    )
+    p.add_argument(
+        "--broker-id", default="", help="broker id; also the Kafka record key (needed to run)"
+    )
+    p.add_argument(
+        "--serving-file",
+        default=default_serving_file(),
+        help="the file the agent rewrites after every check with each bundle's serve-until "
+        "time (the broker integration's hook; 'status' reads it; default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="status: print JSON")
     p.add_argument(
         "--bootstrap-servers",
         default="",
@@ -70,7 +97,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--once", action="store_true", help="one check, then exit (0 = published)")
     add_config_arguments(p)
     metrics.add_metrics_argument(p)
-    p.set_defaults(func=run_agent)
+    p.set_defaults(func=run_agent, check_usage=check_agent_usage)
+
+
+def check_agent_usage(args: argparse.Namespace) -> int | None:
+    """Running needs a broker id; ``status`` reads a local file, so no service is checked."""
+    if args.action == "status":
+        args.skip_preflight = True
+        return None
+    if not args.broker_id:
+        print("lbctl agent: needs --broker-id (the broker this agent runs beside)", file=sys.stderr)
+        return 2
+    return None
+
+
+def agent_status(args: argparse.Namespace) -> int:
+    """Print the serving file judged now; exit 1 if there is no readable file."""
+    try:
+        doc = read_serving_file(args.serving_file, time.monotonic())
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(
+            f"lbctl agent status: cannot read the serving file {args.serving_file} ({e}); "
+            "is the agent running with --redis-url and this --serving-file?",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    print(_status_text(doc))
+    return 0
+
+
+def _status_text(doc: dict[str, Any]) -> str:
+    bundles = doc["bundles"]
+    on = sum(1 for b in bundles if b["serving"])
+    lines = [f"broker {doc.get('broker', '?')}: serving {on} of {len(bundles)} bundles held"]
+    for b in bundles:
+        state = f"serving, {b['secondsLeft']:.1f} s left" if b["serving"] else "NOT serving"
+        lines.append(f"  {b['bundle']}  token {b['token']}  {state}")
+    return "\n".join(lines)
 
 
 def nic_speed_mbps(args: argparse.Namespace, config: LoadBalancerConfig) -> float | None:
@@ -83,6 +149,8 @@ def nic_speed_mbps(args: argparse.Namespace, config: LoadBalancerConfig) -> floa
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    if args.action == "status":
+        return agent_status(args)
     try:
         config = load_from_args(args)
     except ConfigError as e:
@@ -117,6 +185,8 @@ def run_agent(args: argparse.Namespace) -> int:
                 "webServiceUrl": args.web_service_url,
                 "pulsarServiceUrl": args.pulsar_service_url,
             },
+            serving=ServingTable(args.broker_id, ServingRule.from_config(config)),
+            monotonic=time.monotonic,
         )
     publisher = KafkaReportPublisher(
         bootstrap, config.load_reports_topic, client_config=kafka_security(config)
@@ -128,6 +198,7 @@ def run_agent(args: argparse.Namespace) -> int:
         provider,
         publisher,
         lease_keeper=keeper,
+        serving_hook=ServingHook(args.serving_file, time.monotonic) if keeper else None,
         web_service_url=args.web_service_url,
         pulsar_service_url=args.pulsar_service_url,
     )
