@@ -1,29 +1,35 @@
 """Named mutants of the ownership guards: each one breaks exactly one guard on purpose.
 
 Why: a safety test proves something only if it fails when the guard it protects is gone. Each
-mutant is an exact-text replacement (file, a snippet that must occur exactly once, its
-replacement) that removes or weakens one guard of ``metadata_store.ownership_redis`` (the Lua
-scripts and their Python pre-checks), ``metadata_store.ownership_memory``,
-``metadata_store.recovery_state`` (the fence floor) or ``controller.recovery``.
-``tests.safety.run_mutants`` applies each one to a copy of the repository and runs the tests
-named here; a mutant that no test kills is a guard nothing protects.
+mutant (``tests.safety.mutant.Mutant``) is an exact-text replacement (file, a snippet that must
+occur exactly once, its replacement) that removes or weakens one guard. This module holds the
+store's: ``metadata_store.ownership_redis`` (the Lua scripts and their Python pre-checks),
+``metadata_store.ownership_memory``, ``metadata_store.recovery_state`` (the fence floor) and
+``controller.recovery``; ``tests.safety.mutants_controller`` the applier's pre-checks and the
+placement's guards; ``tests.safety.mutants_agent`` the agent's lease keeper and the clock.
+``MUTANTS`` is all of them. ``tests.safety.run_mutants`` applies each one to a copy of the
+repository and runs the tests named for it; a mutant that no test kills is a guard nothing
+protects.
 
 The snippets are checked before anything runs: a snippet that no longer occurs, or occurs
 twice, raises ``MutantRot`` naming the mutant, so the table cannot silently stop testing a
 guard when the code around it changes. Fix the snippet (keep it breaking the same guard) and
 run the harness again.
 
-``tests`` names the existing tests expected to kill the mutant, ``guard_tests`` the guard's own
-test in ``tests/safety/test_guards.py``; a run executes ``run_ids()`` (existing tests first, so
-the table credits them, then the guard's own test as a second line of defence), and
+``tests`` names the existing tests expected to kill the mutant, ``guard_tests`` a test written
+for the guard (``tests/safety/test_*guards.py``); a run executes ``run_ids()`` (existing tests
+first, so the table credits them, then the guard's own test as a second line of defence), and
 ``run_mutants --guard-tests`` runs ``guard_tests`` alone to prove each one kills its mutant
 without help.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from tests.safety.mutant import Mutant, MutantRot
+from tests.safety.mutants_agent import AGENT_MUTANTS
+from tests.safety.mutants_controller import CONTROLLER_MUTANTS
 
 REDIS = "metadata_store/ownership_redis.py"
 MEMORY = "metadata_store/ownership_memory.py"
@@ -32,41 +38,6 @@ RECOVERY_STATE = "metadata_store/recovery_state.py"
 
 CONTRACT = "tests/integration/test_store_contract.py"
 GUARDS = "tests/safety/test_guards.py"
-
-
-class MutantRot(AssertionError):
-    """A mutant's snippet is missing or not unique: the table no longer matches the code."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mutant:
-    """One broken guard: replace ``old`` (exactly one occurrence in ``file``) with ``new``."""
-
-    name: str
-    guard: str
-    file: str
-    old: str
-    new: str
-    tests: tuple[str, ...]
-    guard_tests: tuple[str, ...]
-
-    def apply(self, root: Path) -> None:
-        """Rewrite ``root/file`` with this mutant; ``MutantRot`` unless ``old`` occurs once."""
-        path = root / self.file
-        text = path.read_text(encoding="utf-8")
-        count = text.count(self.old)
-        if count != 1:
-            where = "does not occur" if count == 0 else f"occurs {count} times"
-            raise MutantRot(
-                f"mutant {self.name!r} ({self.guard}): its snippet {where} in {self.file}; "
-                "the guard moved or changed, update tests/safety/mutants.py"
-            )
-        path.write_text(text.replace(self.old, self.new), encoding="utf-8")
-
-    def run_ids(self, guard_tests_only: bool = False) -> tuple[str, ...]:
-        """The test ids a run of this mutant executes, in order, without repeats."""
-        ids = self.guard_tests if guard_tests_only else (*self.tests, *self.guard_tests)
-        return tuple(dict.fromkeys(ids))
 
 
 def _c(test: str) -> tuple[str, str]:
@@ -78,7 +49,7 @@ def _g(test: str) -> str:
     return f"{GUARDS}::{test}"
 
 
-MUTANTS: tuple[Mutant, ...] = (
+STORE_MUTANTS: tuple[Mutant, ...] = (
     # -- acquire ---------------------------------------------------------------------------
     Mutant(
         "redis.acquire.live_lease",
@@ -372,6 +343,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
+MUTANTS: tuple[Mutant, ...] = STORE_MUTANTS + CONTROLLER_MUTANTS + AGENT_MUTANTS
+"""Every mutant the harness runs, in the order of the kill table."""
+
 
 def by_name() -> dict[str, Mutant]:
     """The mutants by name; duplicate names are a broken table."""
@@ -390,10 +364,6 @@ def check_table(root: Path) -> None:
     for m in MUTANTS:
         if m.old == m.new:
             raise MutantRot(f"mutant {m.name!r} replaces its snippet with itself")
-        count = (root / m.file).read_text(encoding="utf-8").count(m.old)
+        count = m.count_in(root)
         if count != 1:
-            where = "does not occur" if count == 0 else f"occurs {count} times"
-            raise MutantRot(
-                f"mutant {m.name!r} ({m.guard}): its snippet {where} in {m.file}; "
-                "the guard moved or changed, update tests/safety/mutants.py"
-            )
+            raise m.rot(count)

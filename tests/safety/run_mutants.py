@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,14 +50,18 @@ RUN_TIMEOUT_S = 300.0
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "-p", "tests.safety.pin_copy")
 _FAILED_RE = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
 
-# Runs in the copy: imports the stores from there, says from where, and compiles every Lua
-# script of the (possibly mutated) redis_store without running it.
+# Runs in the copy: imports the mutated module from there (a Python syntax error is an error,
+# not a kill), says where the store came from, and compiles every Lua script of the (possibly
+# mutated) redis store without running it.
 _PREFLIGHT = """
-import sys
+import importlib, sys
 from pathlib import Path
 import redis
-import metadata_store.ownership_memory, metadata_store.recovery_state, controller.recovery
 import metadata_store.ownership_redis as m
+for name in sys.argv[2:]:
+    mod = importlib.import_module(name)
+    if not Path(mod.__file__).resolve().is_relative_to(Path.cwd().resolve()):
+        sys.exit(f"{name} imported from {mod.__file__}, outside the copy")
 where = Path(m.__file__).resolve()
 print(where)
 if not where.is_relative_to(Path.cwd().resolve()):
@@ -96,6 +100,21 @@ def repo_files(root: Path) -> list[str]:
     return sorted({f for f in out.split("\0") if f and (root / f).is_file()})
 
 
+def head_tree(root: Path, dest: Path) -> Path:
+    """The committed tree (``git archive HEAD``) extracted in ``dest``: what ``--head`` mutates,
+    so other people's uncommitted edits in the work tree never enter a run."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=root, check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def tree_files(root: Path) -> list[str]:
+    """Every file under ``root`` (a ``head_tree``), relative."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
 def copy_repo(root: Path, files: Sequence[str], dest: Path) -> None:
     for f in files:
         target = dest / f
@@ -114,12 +133,20 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_copy(copy: Path, tests: Sequence[str], lua_redis_url: str, name: str, guard: str) -> Result:
-    """Preflight and pytest in ``copy``; the result as the kill table reports it."""
+def run_copy(
+    copy: Path,
+    tests: Sequence[str],
+    lua_redis_url: str,
+    name: str,
+    guard: str,
+    modules: Sequence[str] = (),
+) -> Result:
+    """Preflight (importing ``modules``) and pytest in ``copy``; the result as the kill table
+    reports it."""
     start = time.monotonic()
     env = _env(copy)
     pre = subprocess.run(
-        [sys.executable, "-c", _PREFLIGHT, lua_redis_url],
+        [sys.executable, "-c", _PREFLIGHT, lua_redis_url, *modules],
         cwd=copy,
         env=env,
         capture_output=True,
@@ -157,14 +184,21 @@ def run_copy(copy: Path, tests: Sequence[str], lua_redis_url: str, name: str, gu
 
 
 def run_mutant(
-    m: Mutant, files: Sequence[str], tmp: Path, lua_redis_url: str, guard_tests: bool
+    m: Mutant,
+    files: Sequence[str],
+    tmp: Path,
+    lua_redis_url: str,
+    guard_tests: bool,
+    src: Path = REPO,
 ) -> Result:
+    """Copy ``files`` of ``src`` to ``tmp/<name>``, apply ``m`` there, run its tests; the copy
+    is removed whatever happens (``src`` is never written)."""
     copy = tmp / m.name
-    copy_repo(REPO, files, copy)
+    copy_repo(src, files, copy)
     try:
         m.apply(copy)
         return run_copy(copy, m.run_ids(guard_tests), lua_redis_url,
-                        m.name, m.guard)  # fmt: skip
+                        m.name, m.guard, (m.module,))  # fmt: skip
     except MutantRot as e:
         return Result(m.name, m.guard, "error", "", 0.0, detail=str(e))
     finally:
@@ -190,7 +224,7 @@ def format_table(results: Sequence[Result]) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tests.safety.run_mutants", description=__doc__.split("\n")[0]
     )
@@ -206,60 +240,92 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--guard-tests",
         action="store_true",
-        help="run each mutant against its own test in test_guards.py only",
+        help="run each mutant against its own test in tests/safety/ only",
     )
-    args = parser.parse_args(argv)  # fmt: skip
+    parser.add_argument(
+        "--ci",
+        action="store_true",
+        help="leave out the mutants marked ci=False (killed only by slow real-time tests)",
+    )
+    parser.add_argument(
+        "--head",
+        action="store_true",
+        help="mutate the committed tree (git archive HEAD), not the work tree",
+    )
+    return parser
 
-    def say(text: str) -> None:
-        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
+def _select(args: argparse.Namespace) -> list[Mutant] | str:
+    """The mutants to run, or why the request is broken."""
     try:
         check_table(REPO)
     except MutantRot as e:
-        say(f"broken mutant table: {e}")
-        return 2
+        return f"broken mutant table: {e}"
     names = by_name()
     wanted = [n for opt in args.only for n in opt.split(",") if n]
     unknown = [n for n in wanted if n not in names]
     if unknown:
-        say(f"unknown mutant(s) {unknown}; known: {', '.join(names)}")
-        return 2
+        return f"unknown mutant(s) {unknown}; known: {', '.join(names)}"
     selected = [names[n] for n in wanted] if wanted else list(MUTANTS)
-    started = time.monotonic()
-    files = repo_files(REPO)
+    return [m for m in selected if m.ci or not args.ci]
 
+
+def _run(
+    selected: Sequence[Mutant], args: argparse.Namespace, tmp: Path, say: Callable[[str], None]
+) -> tuple[Result, list[Result]]:
+    """The unmutated run, then (if it passed) every selected mutant, ``args.jobs`` at a time."""
     from infra.embedded import EmbeddedRedis
 
+    src = head_tree(REPO, tmp / "head") if args.head else REPO
+    files = tree_files(src) if args.head else repo_files(REPO)
+    with EmbeddedRedis(tmp / "logs") as lua_redis:
+        every_test = list(dict.fromkeys(
+            t for m in selected for t in m.run_ids(args.guard_tests)
+        ))  # fmt: skip
+        modules = sorted({m.module for m in selected})
+        base_copy = tmp / "unmutated"
+        copy_repo(src, files, base_copy)
+        baseline = run_copy(base_copy, every_test, lua_redis.url, "(unmutated)",
+                            f"all {len(every_test)} selected tests must pass",
+                            modules)  # fmt: skip
+        shutil.rmtree(base_copy, ignore_errors=True)
+        passed = "passed" if baseline.status == "survived" else "FAILED"
+        say(f"unmutated copy: {passed} in {baseline.seconds:.1f} s, "
+            f"metadata_store.ownership_redis from {baseline.where}")  # fmt: skip
+        if baseline.status != "survived":
+            return baseline, []
+        baseline.status = "passed"
+        results: list[Result] = []
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [
+                pool.submit(run_mutant, m, files, tmp, lua_redis.url, args.guard_tests, src)
+                for m in selected
+            ]
+            for i, fut in enumerate(futures):
+                r = fut.result()
+                results.append(r)
+                if i == 0:
+                    say(f"first mutant's copy: metadata_store.ownership_redis from {r.where}")
+                say(f"{r.mutant}: {r.status} {r.killed_by} ({r.seconds:.1f} s)")
+    return baseline, results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    selected = _select(args)
+    if isinstance(selected, str):
+        say(selected)
+        return 2
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lb-mutants-") as tmp_name:
-        tmp = Path(tmp_name)
-        with EmbeddedRedis(tmp / "logs") as lua_redis:
-            every_test = list(dict.fromkeys(
-                t for m in selected for t in m.run_ids(args.guard_tests)
-            ))  # fmt: skip
-            base_copy = tmp / "unmutated"
-            copy_repo(REPO, files, base_copy)
-            baseline = run_copy(base_copy, every_test, lua_redis.url, "(unmutated)",
-                                f"all {len(every_test)} selected tests must pass")  # fmt: skip
-            shutil.rmtree(base_copy, ignore_errors=True)
-            passed = "passed" if baseline.status == "survived" else "FAILED"
-            say(f"unmutated copy: {passed} in {baseline.seconds:.1f} s, "
-                f"metadata_store.ownership_redis from {baseline.where}")  # fmt: skip
-            if baseline.status != "survived":
-                say(f"the unmutated copy must pass: {baseline.killed_by} {baseline.detail}")
-                return 2
-            baseline.status = "passed"
-            results: list[Result] = []
-            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-                futures = [
-                    pool.submit(run_mutant, m, files, tmp, lua_redis.url, args.guard_tests)
-                    for m in selected
-                ]
-                for i, fut in enumerate(futures):
-                    r = fut.result()
-                    results.append(r)
-                    if i == 0:
-                        say(f"first mutant's copy: metadata_store.ownership_redis from {r.where}")
-                    say(f"{r.mutant}: {r.status} {r.killed_by} ({r.seconds:.1f} s)")
+        baseline, results = _run(selected, args, Path(tmp_name), say)
+    if baseline.status != "passed":
+        say(f"the unmutated copy must pass: {baseline.killed_by} {baseline.detail}")
+        return 2
     wall = time.monotonic() - started
     bad = [r for r in results if r.status != "killed"]
     if args.json:
