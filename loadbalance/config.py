@@ -238,6 +238,15 @@ class LoadBalancerConfig(BaseModel):
         alias="loadBalancerBalancedMaxOverMean",
         ge=1,
     )
+    load_balancer_in_flight_move_timeout_seconds: float = _f(
+        960,
+        "Ours: a move the reports do not show yet is projected into the next cycles' usage "
+        "until its source and destination reports show it, or for at most this long: every "
+        "live broker reports at least every loadBalancerReportUpdateMaxIntervalMinutes (15), "
+        "so a move still not shown after that (plus a cycle) did not happen, s.",
+        alias="loadBalancerInFlightMoveTimeoutSeconds",
+        **_POS,
+    )
     load_balancer_history_resource_percentage: float = _f(
         0.9,
         "Weight of history in the broker usage average, 0..1.",

@@ -28,6 +28,11 @@ What it mirrors, and where it differs from Pulsar:
   (ProjectedUsageShedder) must also name a broker the bundle's policies allow.
 * Merge (ours, off by default) runs with the split step and never touches a bundle another
   decision of this cycle names.
+* In-flight moves (ours): every unload and transfer a cycle decides stays in the state until the
+  reports show it or ``loadBalancerInFlightMoveTimeoutSeconds`` passed (``loadbalance.in_flight``),
+  and the next cycles' view carries them (``ClusterView.in_flight``), so a strategy that projects
+  usage does not move the same load again while a report lags. Pulsar's strategies read the
+  reports alone, as Pulsar's do.
 """
 
 from __future__ import annotations
@@ -49,13 +54,14 @@ from loadbalance.decisions import (
     Skip,
     transfer_of,
 )
+from loadbalance.in_flight import record_moves, retire_moves
 from loadbalance.merge_policy import find_bundles_to_merge
 from loadbalance.placement.pipeline import BrokerSelector, PlacementState
 from loadbalance.shedding.policy_guards import guard_unloads
 from loadbalance.shedding.registry import ShedderState, make_shedder
 from loadbalance.split_policy import SplitState, find_bundles_to_split
 from loadbalance.values import SkipReason
-from loadbalance.view import ClusterView, UsageWeights
+from loadbalance.view import ClusterView, InFlightMove, UsageWeights
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 MINUTE_MS = 60_000
@@ -75,6 +81,9 @@ class CycleState:
     split_state: SplitState | None = None
     placement_state: PlacementState = None
     recently_unloaded: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    in_flight: Mapping[str, InFlightMove] = field(default_factory=lambda: _EMPTY)
+    """bundle -> a move decided by an earlier cycle that the reports did not show in full yet
+    (``loadbalance.in_flight``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +154,9 @@ def step(
     decisions: list[Decision] = []
     skips: list[Skip] = []
     recent = _in_grace(state, view, config, now_ms)
-    view = replace(view, recently_unloaded=MappingProxyType(dict(recent)))
+    max_age_ms = int(config.load_balancer_in_flight_move_timeout_seconds * 1000)
+    in_flight = retire_moves(state.in_flight, view, now_ms=now_ms, max_age_ms=max_age_ms)
+    view = replace(view, recently_unloaded=MappingProxyType(dict(recent)), in_flight=in_flight)
     split_state, shedder_state = state.split_state, state.shedder_state
     placement_state = state.placement_state
     last_split, last_shed = state.last_split_ms, state.last_shedding_ms
@@ -168,6 +179,7 @@ def step(
         )  # fmt: skip
     _mark_recent(recent, decisions, now_ms)
     new_state = CycleState(
+        in_flight=record_moves(in_flight, decisions, view, now_ms),
         last_shedding_ms=last_shed,
         last_split_ms=last_split,
         shedder_state=shedder_state,

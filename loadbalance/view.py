@@ -87,6 +87,23 @@ class BrokerView:
 
 
 @dataclass(frozen=True, slots=True)
+class InFlightMove:
+    """A move decided in an earlier cycle that the reports may not show yet.
+
+    The bundle's rates are those of the source's report when the move was decided, so a
+    strategy can project the move into each broker's usage until the reports catch up
+    (``loadbalance.in_flight``); ``destination`` is ``None`` for an unload, placed later by a
+    lookup."""
+
+    source: str
+    destination: str | None
+    at_ms: int
+    msg_rate: float
+    throughput_in: float
+    throughput_out: float
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterView:
     """Everything one policy cycle reads; built fresh for every cycle."""
 
@@ -102,6 +119,9 @@ class ClusterView:
     policies: PlacementPolicies = NO_POLICIES
     """The operator's placement policies (isolation, anti-affinity groups, failure domains)
     that placement and the shedders' guards read; empty when none is set."""
+    in_flight: Mapping[str, InFlightMove] = field(default_factory=lambda: _EMPTY)
+    """bundle -> a move decided but not yet visible in the reports (the cycle sets it from its
+    state); strategies that project usage count it, Pulsar's read reports only."""
 
     def owner_of(self, bundle: str) -> str | None:
         for name, b in self.brokers.items():

@@ -8,20 +8,20 @@ its fields by name; an unknown version, type or field is refused with ``InvalidI
 than read as something else. Mappings keep their order (a cycle iterates over some of them), and
 floats are written with ``repr``, so a read gives back an equal state, bit for bit.
 
-Document (version 1)::
+Document (version 2; a version-1 document is still read: its ProjectedShedderState's
+``pending`` moves become the in-flight moves, as they were the same thing)::
 
     {"cycleStateVersion": 1, "lastSheddingMs": int|null, "lastSplitMs": int|null,
      "shedderState": null | {"type": "TransferShedderState", "hitCount": int,
                              "recentBrokers": {broker: ms}}
-                          | {"type": "ProjectedShedderState",
-                             "pending": {bundle: {"source", "destination", "atMs",
-                                                 "load": [msgRate, thrIn, thrOut]}},
-                             "cameFrom": {bundle: broker}},
+                          | {"type": "ProjectedShedderState", "cameFrom": {bundle: broker}},
      "splitState": null | {"type": "SplitState", "hitCounts": {bundle: int}},
      "placementState": null | {"type": "RoundRobinState", "counter": int}
                             | {"type": "LeastResourceUsageWithWeightState",
                                "brokerAvgResourceUsageWithWeight": {broker: float}},
-     "recentlyUnloaded": {bundle: ms}}
+     "recentlyUnloaded": {bundle: ms},
+     "inFlight": {bundle: {"source": broker, "destination": broker|null, "atMs": int,
+                           "load": [msgRate, thrIn, thrOut]}}}
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ from loadbalance.placement.least_resource_usage_with_weight import (
 from loadbalance.placement.round_robin import RoundRobinState
 from loadbalance.shedding.transfer_shedder import TransferShedderState
 from loadbalance.split_policy import SplitState
-from loadbalance.strategies.projected_usage_shedder import PendingMove, ProjectedShedderState
-from loadbalance.strategies.usage_projection import BundleLoad
+from loadbalance.strategies.projected_usage_shedder import ProjectedShedderState
+from loadbalance.view import InFlightMove
 
 __all__ = ["CYCLE_STATE_VERSION", "CycleStateJson", "dump_cycle_state", "load_cycle_state"]
 
-CYCLE_STATE_VERSION = 1
+CYCLE_STATE_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _FIELD = "cycle state"
 
 
@@ -61,32 +62,36 @@ def _load_transfer(d: Mapping[str, Any]) -> TransferShedderState:
 
 
 def _dump_projected(s: ProjectedShedderState) -> dict[str, Any]:
-    pending = {
+    return {"cameFrom": dict(s.came_from)}
+
+
+def _load_projected(d: Mapping[str, Any]) -> ProjectedShedderState:
+    return ProjectedShedderState(_ro({b: _str(v) for b, v in _map(d["cameFrom"]).items()}))
+
+
+def _dump_in_flight(moves: Mapping[str, InFlightMove]) -> dict[str, Any]:
+    return {
         b: {
             "source": m.source,
             "destination": m.destination,
             "atMs": m.at_ms,
-            "load": [
-                m.load.msg_rate_per_s,
-                m.load.throughput_in_bytes_per_s,
-                m.load.throughput_out_bytes_per_s,
-            ],
+            "load": [m.msg_rate, m.throughput_in, m.throughput_out],
         }
-        for b, m in s.pending.items()
+        for b, m in moves.items()
     }
-    return {"pending": pending, "cameFrom": dict(s.came_from)}
 
 
-def _load_projected(d: Mapping[str, Any]) -> ProjectedShedderState:
-    pending = {}
-    for b, m in _map(d["pending"]).items():
+def _load_in_flight(d: Any) -> dict[str, InFlightMove]:
+    out = {}
+    for b, m in _map(d).items():
+        m = _map(m)
         rate, thr_in, thr_out = (_float(x) for x in m["load"])
-        pending[b] = PendingMove(
-            _str(m["source"]), _str(m["destination"]), _int(m["atMs"]),
-            BundleLoad(rate, thr_in, thr_out),
+        dest = m["destination"]
+        out[b] = InFlightMove(
+            _str(m["source"]), None if dest is None else _str(dest), _int(m["atMs"]),
+            rate, thr_in, thr_out,
         )  # fmt: skip
-    came = {b: _str(v) for b, v in _map(d["cameFrom"]).items()}
-    return ProjectedShedderState(_ro(pending), _ro(came))
+    return out
 
 
 def _dump_split(s: SplitState) -> dict[str, Any]:
@@ -121,8 +126,7 @@ _TYPES: dict[type, tuple[str, Callable[[Any], dict], Callable[[Mapping], Any], f
         frozenset({"hitCount", "recentBrokers"}),
     ),
     ProjectedShedderState: (
-        "ProjectedShedderState", _dump_projected, _load_projected,
-        frozenset({"pending", "cameFrom"}),
+        "ProjectedShedderState", _dump_projected, _load_projected, frozenset({"cameFrom"}),
     ),
     SplitState: ("SplitState", _dump_split, _load_split, frozenset({"hitCounts"})),
     RoundRobinState: (
@@ -141,7 +145,7 @@ _SLOTS = {
     "placementState": frozenset({"RoundRobinState", "LeastResourceUsageWithWeightState"}),
 }
 _KEYS = frozenset(
-    {"cycleStateVersion", "lastSheddingMs", "lastSplitMs", "recentlyUnloaded", *_SLOTS}
+    {"cycleStateVersion", "lastSheddingMs", "lastSplitMs", "recentlyUnloaded", "inFlight", *_SLOTS}
 )
 
 
@@ -204,7 +208,7 @@ def _load_state(doc: Any, slot: str) -> Any:
 
 
 def dump_cycle_state(state: CycleState) -> str:
-    """The state as its version-1 document."""
+    """The state as its version-2 document."""
     return json.dumps(
         {
             "cycleStateVersion": CYCLE_STATE_VERSION,
@@ -214,6 +218,7 @@ def dump_cycle_state(state: CycleState) -> str:
             "splitState": _dump_state(state.split_state, "splitState"),
             "placementState": _dump_state(state.placement_state, "placementState"),
             "recentlyUnloaded": dict(state.recently_unloaded),
+            "inFlight": _dump_in_flight(state.in_flight),
         },
         separators=(",", ":"),
     )
@@ -228,11 +233,15 @@ def load_cycle_state(text: str | bytes) -> CycleState:
         raise _fail("not a JSON document (a state written in another format?)") from None
     doc = _map(doc)
     version = doc.get("cycleStateVersion")
-    if type(version) is not int or version != CYCLE_STATE_VERSION:
-        raise _fail(f"unsupported cycleStateVersion {version!r}, only {CYCLE_STATE_VERSION}")
+    if type(version) is not int or version not in _READABLE_VERSIONS:
+        raise _fail(f"unsupported cycleStateVersion {version!r}, only {_READABLE_VERSIONS}")
     unknown = set(doc) - _KEYS
     if unknown:
         raise _fail(f"unknown fields {sorted(unknown)}")
+
+    in_flight = doc.get("inFlight") or {}
+    if version == 1:
+        in_flight = _pending_of_version_1(doc)
 
     def opt_int(key: str) -> int | None:
         v = doc.get(key)
@@ -245,7 +254,27 @@ def load_cycle_state(text: str | bytes) -> CycleState:
         split_state=_load_state(doc.get("splitState"), "splitState"),
         placement_state=_load_state(doc.get("placementState"), "placementState"),
         recently_unloaded=_ro(_int_map(doc.get("recentlyUnloaded") or {})),
+        in_flight=_ro(_load_in_flight_field(in_flight)),
     )
+
+
+def _load_in_flight_field(d: Any) -> dict[str, InFlightMove]:
+    try:
+        return _load_in_flight(d)
+    except (KeyError, TypeError, ValueError) as e:
+        raise _fail(f"inFlight: malformed move: {e}") from None
+
+
+def _pending_of_version_1(doc: dict[str, Any]) -> Any:
+    """A version-1 ProjectedShedderState's ``pending`` moves (taken out of the document, which
+    then reads as version 2): they have the in-flight moves' form."""
+    shedder = doc.get("shedderState")
+    if isinstance(shedder, dict) and shedder.get("type") == "ProjectedShedderState":
+        shedder = dict(shedder)
+        pending = shedder.pop("pending", {})
+        doc["shedderState"] = shedder
+        return pending
+    return {}
 
 
 class CycleStateJson:

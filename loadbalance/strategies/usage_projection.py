@@ -19,6 +19,10 @@ This module closes that gap by turning a bundle's rates into a usage increase on
   broker's limit).
 * Memory and direct memory are held constant (their weights are 0 by default in Pulsar).
 
+Moves decided by earlier cycles that the reports do not show yet (``view.in_flight``) are
+projected on construction: taken off a source whose report still lists the bundle, added to a
+destination whose report does not list it yet (``loadbalance.in_flight``).
+
 A broker's **load** is then Pulsar's ``getMaxResourceUsageWithWeight`` over the projected
 figures, so shedding, placement and the preallocation bookkeeping all speak the same number.
 The projection ignores idle CPU (it is counted as if proportional to work), which slightly
@@ -30,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loadbalance.in_flight import destination_shows, source_shows
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
@@ -186,6 +191,17 @@ class UsageModel:
                 r.direct_memory.percent_usage(),
                 k,
             )
+        self._project_in_flight(view)
+
+    def _project_in_flight(self, view: ClusterView) -> None:
+        """Count each in-flight move on the side whose report does not show it yet."""
+        for bundle in sorted(view.in_flight):
+            m = view.in_flight[bundle]
+            load = BundleLoad(m.msg_rate, m.throughput_in, m.throughput_out)
+            if m.source in self.brokers and source_shows(view, bundle, m):
+                self.remove(m.source, load)
+            if m.destination in self.brokers and destination_shows(view, bundle, m) is False:
+                self.add(m.destination, load)
 
     def load(self, broker: str) -> float:
         return self.brokers[broker].load(self.weights)

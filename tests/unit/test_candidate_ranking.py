@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from loadbalance.model import NamespaceBundleStats
 from loadbalance.ranking import order_by_value_then_name
-from loadbalance.strategies.projected_usage_shedder import _Candidate, _Candidates
+from loadbalance.strategies.shed_candidates import Candidate as _Candidate
+from loadbalance.strategies.shed_candidates import Candidates as _Candidates
 
 _VALUES = st.lists(
     st.sampled_from([0.0, -0.0, 1.0, 2.5, 1e300, float("inf"), -float("inf"), -3.0]),

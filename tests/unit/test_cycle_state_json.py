@@ -18,8 +18,8 @@ from loadbalance.placement.least_resource_usage_with_weight import (
 from loadbalance.placement.round_robin import RoundRobinState
 from loadbalance.shedding.transfer_shedder import TransferShedderState
 from loadbalance.split_policy import SplitState
-from loadbalance.strategies.projected_usage_shedder import PendingMove, ProjectedShedderState
-from loadbalance.strategies.usage_projection import BundleLoad
+from loadbalance.strategies.projected_usage_shedder import ProjectedShedderState
+from loadbalance.view import InFlightMove
 from metadata_store.cycle_state import CYCLE_STATE_VERSION, dump_cycle_state, load_cycle_state
 
 B1, B2 = "t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff"
@@ -33,10 +33,13 @@ STATES = {
         recently_unloaded=RO({B2: 9, B1: 10}),
     ),
     "ProjectedShedderState": CycleState(
-        shedder_state=ProjectedShedderState(
-            RO({B1: PendingMove("b1:8080", "b2:8080", 42, BundleLoad(0.1, 1 / 3, 2.5e300))}),
-            RO({B1: "b1:8080"}),
-        )
+        shedder_state=ProjectedShedderState(RO({B1: "b1:8080"})),
+        in_flight=RO(
+            {
+                B1: InFlightMove("b1:8080", "b2:8080", 42, 0.1, 1 / 3, 2.5e300),
+                B2: InFlightMove("b2:8080", None, 43, 1.0, 2.0, 3.0),
+            }
+        ),
     ),
     "SplitState": CycleState(last_split_ms=7, split_state=SplitState(RO({B2: 2, B1: 1}))),
     "RoundRobinState": CycleState(placement_state=RoundRobinState(2**40 + 1)),
@@ -57,6 +60,7 @@ def test_every_state_type_round_trips_equal_and_in_order(name):
     assert type(back.placement_state) is type(state.placement_state)
     # mapping order survives (a cycle iterates over some of them), and the text is stable
     assert list(back.recently_unloaded) == list(state.recently_unloaded)
+    assert list(back.in_flight) == list(state.in_flight)
     for part in (
         "recent_brokers",
         "pending",
@@ -76,9 +80,36 @@ def test_every_state_type_round_trips_equal_and_in_order(name):
 
 def test_floats_come_back_bit_for_bit():
     state = STATES["ProjectedShedderState"]
-    move = load_cycle_state(dump_cycle_state(state)).shedder_state.pending[B1]
-    assert move.load.throughput_in_bytes_per_s.hex() == (1 / 3).hex()
-    assert move.load.throughput_out_bytes_per_s == 2.5e300
+    move = load_cycle_state(dump_cycle_state(state)).in_flight[B1]
+    assert move.throughput_in.hex() == (1 / 3).hex()
+    assert move.throughput_out == 2.5e300
+
+
+def test_a_version_1_document_reads_its_pending_moves_as_in_flight():
+    """A job upgraded over a stored version-1 state keeps projecting the moves it had made."""
+    v1 = {
+        "cycleStateVersion": 1,
+        "lastSheddingMs": 5,
+        "lastSplitMs": None,
+        "shedderState": {
+            "type": "ProjectedShedderState",
+            "pending": {B1: {"source": "a", "destination": "b", "atMs": 4, "load": [1, 2, 3]}},
+            "cameFrom": {B1: "a"},
+        },
+        "splitState": None,
+        "placementState": None,
+        "recentlyUnloaded": {B1: 4},
+    }
+    state = load_cycle_state(json.dumps(v1))
+    assert state.in_flight == {B1: InFlightMove("a", "b", 4, 1.0, 2.0, 3.0)}
+    assert state.shedder_state == ProjectedShedderState(RO({B1: "a"}))
+
+
+def test_a_malformed_in_flight_move_is_refused():
+    doc = json.loads(dump_cycle_state(STATES["ProjectedShedderState"]))
+    del doc["inFlight"][B1]["source"]
+    with pytest.raises(InvalidInput, match="inFlight"):
+        load_cycle_state(json.dumps(doc))
 
 
 def test_the_stored_form_is_json_naming_the_type():
@@ -90,7 +121,7 @@ def test_the_stored_form_is_json_naming_the_type():
     }
 
 
-@pytest.mark.parametrize("version", [None, 0, 2, "1", True])
+@pytest.mark.parametrize("version", [None, 0, 3, "1", True])
 def test_an_unknown_version_is_refused(version):
     doc = json.loads(dump_cycle_state(STATES["SplitState"]))
     doc["cycleStateVersion"] = version

@@ -1,0 +1,160 @@
+"""Which bundle to move off a busy broker, and where: judged on the whole cluster after the move.
+
+Why not the busiest-to-idlest pair: in a fleet of unequal brokers the idlest broker is often a
+weak one, and the bundle that evens that pair is a small one, so a plan that only ever looks at
+that pair moves many small bundles, and moves some twice. Here each move of a plan is chosen
+among every bundle near the size the source needs to shed and the ``destinations`` least loaded
+brokers (all brokers of the pool under placement policies), by the **whole cluster's** projected
+loads after it (``Spread``: the mean moves with every move, since the same work costs a strong
+broker less usage than a weak one):
+
+1. a move that **settles** the source, bringing it and the destination within the target (the
+   balance band less its margin, on the mean after the move), wins; among those the one that
+   cuts over the least traffic (bytes in + out, then producers + consumers, then messages),
+   then the flatter cluster (sum of squared deviations from the mean);
+2. otherwise the move that leaves the least **excess** above the target on the two brokers
+   (the largest bundle that fits where it goes: each move then does as much of the work as one
+   move can, which is what keeps the count of moves low), then the flatter cluster, then the
+   cheaper bundle.
+
+A move must lower the higher load of its pair, so a plan never raises the cluster's maximum;
+a bundle is never sent back to the broker a move of ours took it from (ping-pong), and under
+placement policies only to a broker its policies allow (``PolicyMoves``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from loadbalance.strategies.policy_moves import PolicyMoves
+from loadbalance.strategies.shed_candidates import WINDOW, Candidate, Candidates
+from loadbalance.strategies.usage_projection import UsageModel
+
+__all__ = ["MoveSearch", "Spread"]
+
+
+@dataclass(slots=True)
+class Spread:
+    """The projected loads of the brokers a plan balances, with their sum and sum of squares."""
+
+    loads: dict[str, float]
+    total: float = 0.0
+    squares: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Sum and sum of squares afresh (after a move; no drift from running updates)."""
+        self.total = sum(self.loads.values())
+        self.squares = sum(v * v for v in self.loads.values())
+
+    @property
+    def mean(self) -> float:
+        return self.total / len(self.loads)
+
+    def after(self, s: str, load_s: float, d: str, load_d: float) -> tuple[float, float]:
+        """(mean, sum of squared deviations) once ``s`` and ``d`` carry the given loads."""
+        n = len(self.loads)
+        old_s, old_d = self.loads[s], self.loads[d]
+        total = self.total - old_s - old_d + load_s + load_d
+        squares = self.squares - old_s * old_s - old_d * old_d + load_s * load_s + load_d * load_d
+        mean = total / n
+        return mean, max(squares - n * mean * mean, 0.0)
+
+
+class MoveSearch:
+    """The best move off one source over one plan's loads (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: UsageModel,
+        spread: Spread,
+        target_ratio: float,
+        *,
+        destinations: int,
+        min_gain: float,
+        came_from: Mapping[str, str],
+        moves: PolicyMoves | None = None,
+    ) -> None:
+        self.model, self.spread, self.target_ratio = model, spread, target_ratio
+        self.destinations, self.min_gain = destinations, min_gain
+        self.came_from, self.moves = came_from, moves
+
+    def best(self, s: str, cands: Candidates) -> tuple[Candidate, str] | None:
+        """The best (bundle, destination) off ``s``, or ``None`` when no move lowers it."""
+        if not cands:
+            return None
+        best: tuple[Candidate, str] | None = None
+        best_key: tuple | None = None
+        for d in self._destinations(s):
+            for c in self._window(s, d, cands):
+                key = self._key(s, d, c)
+                if key is not None and (best_key is None or key < best_key):
+                    best, best_key = (c, d), key
+        return best
+
+    def _destinations(self, s: str) -> list[str]:
+        """The brokers a move off ``s`` may go to: the least loaded few (by load, then name),
+        or every broker of the plan when policies restrict moves (the few may all be refused)."""
+        ranked = sorted((v, b) for b, v in self.spread.loads.items() if b != s)
+        if self.moves is None:
+            ranked = ranked[: self.destinations]
+        return [b for _, b in ranked]
+
+    def _window(self, s: str, d: str, cands: Candidates) -> Iterable[Candidate]:
+        """The candidates worth judging for ``s`` -> ``d``: all when few, else those around the
+        work that settles ``s`` (when ``d`` has room for it) or the most ``d`` has room for."""
+        if len(cands) <= 3 * WINDOW:
+            return cands
+        model, loads = self.model, self.spread.loads
+        probe = cands[len(cands) // 2].load
+        shed = loads[s] - model.load_if_removed(s, probe)
+        take = model.load_if_added(d, probe) - loads[d]
+        if shed <= 0 or take <= 0:
+            return cands.window(len(cands) - 2 * WINDOW, len(cands))
+        target = self.spread.mean * self.target_ratio
+        need = max(loads[s] - target, 0.0) / shed * probe.work
+        room = max(target - loads[d], 0.0) / take * probe.work
+        if need <= room:
+            i = cands.first_at_least(need)
+            return cands.window(max(0, i - WINDOW), i + 2 * WINDOW)
+        i = cands.first_at_least(room)
+        return cands.window(max(0, i - 2 * WINDOW), i + WINDOW)
+
+    def _key(self, s: str, d: str, c: Candidate) -> tuple | None:
+        """How good moving ``c`` from ``s`` to ``d`` is (lower is better); ``None`` when the
+        move is not allowed or does not lower the pair's higher load."""
+        if self.came_from.get(c.bundle) == d:
+            return None
+        load_s = self.model.load_if_removed(s, c.load)
+        load_d = self.model.load_if_added(d, c.load)
+        if max(load_s, load_d) >= self.spread.loads[s] - self.min_gain:
+            return None
+        if self.moves is not None and not self.moves.allows(c.bundle, s, d):
+            return None
+        mean, squares = self.spread.after(s, load_s, d, load_d)
+        target = mean * self.target_ratio
+        excess = max(load_s - target, 0.0) + max(load_d - target, 0.0)
+        st = c.stats
+        cost = (
+            st.msg_throughput_in + st.msg_throughput_out,
+            st.producer_count + st.consumer_count,
+            c.work,
+        )
+        if excess <= 0.0:
+            return (0, 0.0, cost, squares, c.bundle, d)
+        return (1, excess, squares, cost, c.bundle, d)
+
+    def lone(self, s: str, c: Candidate, margin: float) -> str | None:
+        """Where a broker's only bundle would sit lowest, if that is at least ``margin`` below
+        the source's load now (else ``None``); under policies, among the brokers allowed."""
+        best, best_load = None, self.spread.loads[s] - margin
+        for d in sorted(self.spread.loads):
+            if d == s or self.came_from.get(c.bundle) == d:
+                continue
+            projected = self.model.load_if_added(d, c.load)
+            if projected < best_load and (self.moves is None or self.moves.allows(c.bundle, s, d)):
+                best, best_load = d, projected
+        return best
