@@ -56,11 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
+    import streaming.driver_view as driver_view
     from benchmarks.bench_cycle import SHEDDERS, namespaces_for, synthetic_reports
     from loadbalance.config import LoadBalancerConfig
     from loadbalance.cycle import CycleState, step
     from loadbalance.decisions import decision_to_dict, encode_decision
-    from streaming.driver_view import DriverView, gc_paused
+    from streaming.driver_view import DriverView
     from streaming.shard_state import ShardState, shard_of
 
     now = 600_000
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                  "msgThroughputEma": r.msg_throughput_in, "updatedAtMs": now}  # fmt: skip
         docs[broker] = json.dumps(entry)
     view = DriverView.from_snapshot(docs, blobs)
+    # the view's own pause; a checkout from before the view owned it (``--root``) has a function
+    gc_paused = getattr(view, "gc_paused", None) or driver_view.gc_paused
     namespaces = namespaces_for(args.bundles)
 
     def digest(decisions: list) -> str:

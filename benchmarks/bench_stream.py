@@ -457,11 +457,6 @@ def main() -> int:
                     help="latency is also reported for reports sent after this much of the live "
                          "phase, when the backlog's effects are over")  # fmt: skip
     ap.add_argument(
-        "--background-cycles",
-        action="store_true",
-        help="run each policy cycle beside the next batch (lbctl stream --background-cycles)",
-    )
-    ap.add_argument(
         "--max-records-per-partition",
         type=int,
         default=0,
@@ -545,7 +540,6 @@ def run(args: argparse.Namespace, work: Path) -> int:
             n_shards=args.shards,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             max_records_per_partition=args.max_records_per_partition or None,
-            background_cycles=args.background_cycles,
         )
         cpu_before = process_cpu()
         memory = MemorySampler(spark).start()

@@ -73,11 +73,16 @@ from metadata_store.keys import Keys
 
 __all__ = [
     "LOAD_SNAPSHOT_VERSION",
+    "BrokerEntry",
     "BundleShard",
     "LoadSnapshot",
     "LoadSnapshotData",
+    "decode_broker_doc",
+    "decode_broker_docs",
+    "decode_broker_entry",
     "decode_bundle_shard",
     "delta_key",
+    "encode_broker_entry",
     "encode_bundle_shard",
     "merged_shards",
     "record_names",
@@ -116,6 +121,71 @@ def split_field(name: str) -> tuple[str, int]:
     if not sep or not k.isdigit() or int(k) < 1:
         return name, 0
     return base, int(k)
+
+
+def encode_broker_entry(
+    report_json: str,
+    history_usage: float,
+    weighted_max_ema: float,
+    msg_throughput_ema: float,
+    updated_at_ms: int,
+) -> str:
+    """A ``P:load:brokers`` document: the report's JSON text as the state step passed it (no
+    parse and re-serialise of thousands of bundle names), floats with ``repr`` so that
+    ``decode_broker_entry`` reads them back bit for bit."""
+    return (
+        f'{{"report":{report_json},"historyUsage":{history_usage!r},'
+        f'"weightedMaxEma":{weighted_max_ema!r},"msgThroughputEma":{msg_throughput_ema!r},'
+        f'"updatedAtMs":{updated_at_ms}}}'
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEntry:
+    """One ``P:load:brokers`` document, decoded (``decode_broker_entry``)."""
+
+    report: dict[str, Any]  # the report document without lastStats
+    history_usage: float
+    msg_throughput_ema: float
+    updated_at_ms: int
+    weighted_max_ema: float | None  # None in a document written before the job kept it
+
+
+def decode_broker_doc(raw: bytes | str) -> Any:
+    """A ``P:load:brokers`` document parsed, for readers that show or pick fields (a JSON
+    object when the job wrote it; ``ValueError`` when it is not JSON)."""
+    return json.loads(raw)
+
+
+def decode_broker_docs(
+    raw: Mapping[str, bytes | str], *, skip_unreadable: bool = False
+) -> dict[str, Any]:
+    """broker -> its document (``decode_broker_doc``); with ``skip_unreadable`` a document
+    that is not a JSON object is left out instead of raising or returned (display commands)."""
+    if not skip_unreadable:
+        return {name: decode_broker_doc(value) for name, value in raw.items()}
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        try:
+            doc = decode_broker_doc(value)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out[name] = doc
+    return out
+
+
+def decode_broker_entry(raw: bytes | str) -> BrokerEntry:
+    """The document ``encode_broker_entry`` wrote, its numbers as it wrote them."""
+    doc = decode_broker_doc(raw)
+    wmax = doc.get("weightedMaxEma")
+    return BrokerEntry(
+        doc["report"],
+        float(doc["historyUsage"]),
+        float(doc["msgThroughputEma"]),
+        int(doc["updatedAtMs"]),
+        None if wmax is None else float(wmax),
+    )
 
 
 @dataclass
@@ -435,7 +505,7 @@ class LoadSnapshotData:
     @cached_property
     def brokers(self) -> dict[str, dict[str, Any]]:
         """broker -> its document, parsed."""
-        return {b: json.loads(v) for b, v in self.brokers_raw.items()}
+        return decode_broker_docs(self.brokers_raw)
 
     def bundle_docs(self, *, full: bool = True) -> dict[str, dict[str, Any]]:
         """bundle -> document (``shard_docs``). A bundle found in two records (the job ran

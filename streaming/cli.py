@@ -155,13 +155,6 @@ def _add_query_arguments(parser: argparse.ArgumentParser) -> None:
         "--shuffle-partitions", type=int, default=2, help="state partitions for a new checkpoint"
     )
     parser.add_argument(
-        "--background-cycles",
-        action="store_true",
-        help="run each policy cycle beside the next micro-batch instead of inside its own: "
-        "faster when the driver has a core to spare, slower on 2 shared cores (ignored with "
-        "--available-now)",
-    )
-    parser.add_argument(
         "--max-restarts",
         type=_non_negative_int,
         default=None,
@@ -252,7 +245,6 @@ def run_stream(args: argparse.Namespace) -> int:
                 watch=_service_watch(args, config, settings),
             )
         finally:
-            _wait_for_background_cycles()
             if own_session:
                 _stop_session(spark)
 
@@ -368,7 +360,6 @@ def _stream_settings(
         max_records_per_partition=args.max_records_per_partition,
         watermark_delay_seconds=args.watermark_delay_seconds,
         client_config=client_config,
-        background_cycles=args.background_cycles,
     )
 
 
@@ -390,16 +381,6 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
-
-
-def _wait_for_background_cycles() -> None:
-    """The last batch's policy cycle may still be publishing: let it commit, so the next start
-    does not run it again (it would, with the same decision ids)."""
-    # pandas/pyarrow (through streaming.decide), like streaming.job in run_stream
-    from streaming.decide import wait_for_background_cycles
-
-    if not wait_for_background_cycles(60.0):
-        log.warning("a policy cycle is still publishing; the next start completes it")
 
 
 def restart_delay(

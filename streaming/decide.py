@@ -20,22 +20,16 @@ Per micro-batch, on the driver:
    policies (``P:policies``, read when the cycle runs), so shedding's guards and transfer
    destinations honour isolation, anti-affinity groups and failure domains.
 
-Why step 4 may run in the background (``background_cycles``, ``lbctl stream
---background-cycles``; off by default): a cycle over 100,000 bundles is the driver's largest
-single piece of CPU work, and run inside the batch it holds back every report that arrives
-meanwhile. In the
-background (a thread 10 steps nicer) it overlaps the next batch's Spark work instead; the next
-batch waits for it before it touches the view or Redis, so the view and the committed progress
-are never read or written by both at once. That pays only when the driver has a core to spare:
-on the benchmark's 2 shared cores the niced cycle waits for CPU and the reports of its batch
-with it, and in-batch cycles give the lower p99 (docs/benchmarks.md).
+Step 4 runs on the batch's own thread, right after the commit, never beside another batch:
+the order of the steps and why each due cycle completes exactly once are in
+``streaming.driver_view``'s docstring.
 
 Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
 is deterministic (its only clock is the watermark Spark logs with the batch), the view and
 ``CycleState`` a batch starts from are those committed with the previous batch, and a cycle
 reads the view committed with its batch and the namespaces recorded before that commit. So a
-batch replayed after a crash computes the same view, and a cycle completed after a crash (the
-first batch a stage runs completes a ``cycle_pending`` it finds, before anything else) the same
+batch replayed after a crash computes the same view, and a cycle completed after a crash (a
+stage completes a ``cycle_pending`` it finds when it seeds, before anything else) the same
 decisions with the same ids.
 The one input a completed cycle reads afresh is the placement policies: an operator who
 changes them between a crash and the cycle's completion gets decisions that follow the new
@@ -54,7 +48,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -68,9 +61,10 @@ from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step, weights_
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
 from loadbalance.shedding.registry import make_shedder
 from loadbalance.values import DecisionReason, SkipReason
+from metadata_store.load_snapshot import decode_broker_entry
 from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
-from streaming.driver_view import DriverView, gc_paused, lower_thread_priority
+from streaming.driver_view import DriverView
 from streaming.schema import BROKER, BROKER_GONE, DEAD, ISSUES_FIELD, ISSUES_MARK
 from streaming.sinks import KafkaSink
 
@@ -155,8 +149,8 @@ class StreamMetrics:
         """Gauges from the snapshot the view was seeded with (so they are right from the start)."""
         self.scores = {}
         for name, raw in brokers.items():
-            doc = json.loads(raw)
-            self._set(name, json.dumps(doc.get("report") or {}), float(doc["historyUsage"]))
+            entry = decode_broker_entry(raw)
+            self._set(name, json.dumps(entry.report or {}), entry.history_usage)
         metrics.forget_brokers(self.scores)
         self._stats()
 
@@ -231,29 +225,6 @@ class StreamMetrics:
         metrics.STREAM_BUNDLES.set(n_bundles)
 
 
-class _Background:
-    """The policy cycle running in the background in this process (at most one: a stage waits
-    for its own before the next batch, and a new stage for any before it seeds)."""
-
-    thread: threading.Thread | None = None
-
-
-_BACKGROUND = _Background()
-
-
-def wait_for_background_cycles(timeout_s: float | None = None) -> bool:
-    """Wait until no policy cycle runs in the background; False if ``timeout_s`` ran out.
-
-    For whoever stops a query and then reads its decisions or Redis (a cycle started by the
-    last batch publishes after that batch returned to Spark)."""
-    thread = _BACKGROUND.thread
-    if thread is not None:
-        thread.join(timeout_s)
-        if thread.is_alive():
-            return False
-    return True
-
-
 class _Phases:
     """Milliseconds since the previous mark, per named step of a batch."""
 
@@ -295,21 +266,16 @@ class DecisionStage:
     client_config: Mapping[str, Any] | None = None
     seed: int = 0
     on_batch: Callable[[BatchStats], None] | None = None
-    background_cycles: bool = False
     _progress_store: ProgressStore | None = field(default=None, init=False)
     _progress: Progress | None = field(default=None, init=False)
     _policies: PlacementPoliciesStore | None = field(default=None, init=False)
     _view: DriverView | None = field(default=None, init=False)
     _metrics: StreamMetrics | None = field(default=None, init=False)
-    _cycle: threading.Thread | None = field(default=None, init=False)
-    _cycle_error: BaseException | None = field(default=None, init=False)
 
     def _start(self) -> None:
-        """Connect and seed the view from Redis (once, at the first batch after start-up)."""
+        """Connect and seed the view from Redis (at the first batch after start-up, and after
+        a failed batch), then complete the cycle the progress read says is pending."""
         if self._progress_store is None:
-            # a cycle of an earlier stage of this process (a query that failed and was
-            # restarted) may still be publishing: its commit must come before this read
-            wait_for_background_cycles()
             client = (
                 connect(self.redis_url, self.config, purpose="stream") if self.redis_url else None
             )
@@ -337,6 +303,13 @@ class DecisionStage:
                 len(brokers),
                 len(bundles),
             )
+            if self._progress.cycle_pending:
+                # The last committed batch's cycle never published (the process stopped, or the
+                # cycle failed): run it now, over the view just read, which is the view
+                # committed with that batch (nothing later is applied yet), so its ids are the
+                # same.
+                log.info("batch %d: completing its policy cycle", self._progress.batch)
+                self._complete_cycle(self._progress, None)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         try:
@@ -350,11 +323,9 @@ class DecisionStage:
     def _run(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
         # Always run the batch to the end, even one we skip: Spark commits the state step's
-        # stores only when every partition of it was read (it fails the query otherwise). It
-        # runs first so that a policy cycle still running in the background overlaps it.
+        # stores only when every partition of it was read (it fails the query otherwise).
         pdf = df.toPandas()
         collect_ms = (time.monotonic() - started) * 1000
-        self._finish_background_cycle()
         self._start()
         assert self._progress_store is not None and self._progress is not None
         assert self._view is not None
@@ -403,15 +374,9 @@ class DecisionStage:
         self._cycle_or_warm(progress, new, stats, started, due)
 
     def _skip_completed(self, batch_id: int, rows: int) -> bool:
-        """Complete the last committed batch's pending cycle; whether ``batch_id`` was already
-        completed (a replay after a restart), and is skipped."""
+        """Whether ``batch_id`` was already completed (a replay after a restart), and is
+        skipped (its pending cycle, if any, was completed when the stage seeded)."""
         assert self._progress is not None
-        if self._progress.cycle_pending:
-            # The last committed batch's cycle never published (the process stopped, or the
-            # cycle failed): run it now, over the view committed with that batch, which is the
-            # view held here (nothing of this batch is applied yet), so its ids are the same.
-            log.info("batch %d: completing its policy cycle", self._progress.batch)
-            self._complete_cycle(self._progress, None)
         progress = self._progress
         if batch_id <= progress.batch:
             log.info("batch %d already completed (last %d): skipped", batch_id, progress.batch)
@@ -422,22 +387,12 @@ class DecisionStage:
     def _cycle_or_warm(
         self, progress: Progress, new: Progress, stats: BatchStats, started: float, due: bool
     ) -> None:
-        """After the commit: run the due policy cycle (here or in the background), else warm the
-        view when a cycle is near, and finish the batch's report."""
+        """After the commit: run the due policy cycle, else warm the view when a cycle is near,
+        and finish the batch's report."""
         assert self._view is not None
         now_ms = new.now_ms
-        batch_id = new.batch
         if due:
-            if self.background_cycles:
-                thread = threading.Thread(
-                    target=self._background_cycle,
-                    args=(new, stats, started),
-                    name=f"policy-cycle-{batch_id}",
-                )
-                self._cycle = _BACKGROUND.thread = thread
-                thread.start()
-            else:
-                self._complete_cycle(new, (stats, started))
+            self._complete_cycle(new, (stats, started))
             return
         if policies_due(progress.cycle_state, self.config, now_ms + _lookahead(
             now_ms - progress.now_ms
@@ -467,7 +422,7 @@ class DecisionStage:
         phases = _Phases()
         self._view.wait_warm()  # a warm-up still decoding: the cycle's view needs it done
         phases.mark("cycle_warm_wait")
-        with gc_paused():
+        with self._view.gc_paused():
             view = self._view.cluster_view(namespaces, live)
             if self._policies is not None:
                 # isolation, anti-affinity and failure domains for this cycle's transfers
@@ -503,24 +458,6 @@ class DecisionStage:
                 decision_ids=tuple(d.id for d in result.decisions),
             )
             self._finished(stats, started)
-
-    def _background_cycle(self, progress: Progress, stats: BatchStats, started: float) -> None:
-        lower_thread_priority()
-        try:
-            self._complete_cycle(progress, (stats, started))
-        except BaseException as e:  # handed to the next batch, which fails with it
-            log.error("policy cycle of batch %d failed: %s", progress.batch, e, exc_info=True)
-            self._cycle_error = e
-
-    def _finish_background_cycle(self) -> None:
-        """Wait for this stage's background cycle; raise what it raised (the batch then fails
-        and is retried, and the stage re-seeds and completes the cycle from Redis first)."""
-        thread, self._cycle = self._cycle, None
-        if thread is not None:
-            thread.join()
-        error, self._cycle_error = self._cycle_error, None
-        if error is not None:
-            raise error
 
     def _finished(self, stats: BatchStats, started: float) -> None:
         """Log and report a batch whose work (its cycle's included) is done."""

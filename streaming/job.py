@@ -78,9 +78,6 @@ class StreamSettings:
     client_config: Mapping[str, Any] = field(default_factory=dict)
     query_name: str = "pulsar-lb-stream"
     seed: int = 0
-    # policy cycles beside the next batch (streaming.decide): for a driver with a core to
-    # spare; never with available_now, whose caller reads the results once the query ended
-    background_cycles: bool = False
 
 
 def spark_session(
@@ -216,7 +213,6 @@ def start_query(
         client_config=dict(settings.client_config) or None,
         seed=settings.seed,
         on_batch=on_batch,
-        background_cycles=settings.background_cycles and not settings.available_now,
     )
     writer = (
         build_stream(spark, settings, config, key_partitions)
@@ -253,7 +249,8 @@ def _first_batch_start(settings: StreamSettings, config: LoadBalancerConfig) -> 
     return {topic: {str(p): o for p, o in low.items()}}
 
 
-_LISTENERS: dict[int, Any] = {}
+_LISTENER_ATTR = "_lb_input_rows_listener"
+"""The attribute of a Spark session that holds its input-rows listener (``progress_listener``)."""
 
 
 class _JsonProgress(JStreamingQueryListener):
@@ -285,11 +282,12 @@ def progress_listener(spark: Any) -> Any:
     (``numInputRows``); the decision stage sees only the state step's output, which has one row
     per touched bundle or broker, not per report. Progress events arrive once per batch on
     Spark's listener bus, off the batch's own thread, so counting costs the batch nothing.
-    Only queries started by ``start_query`` are counted.
+    Only queries started by ``start_query`` are counted. The listener is kept on the session it
+    listens to, so it lives and goes with that session.
     """
-    key = id(spark)
-    if key in _LISTENERS:
-        return _LISTENERS[key]
+    found = getattr(spark, _LISTENER_ATTR, None)
+    if found is not None:
+        return found
 
     class InputRowsListener(StreamingQueryListener):
         @property
@@ -334,7 +332,7 @@ def progress_listener(spark: Any) -> Any:
 
     listener = InputRowsListener()
     spark.streams.addListener(listener)
-    _LISTENERS[key] = listener
+    setattr(spark, _LISTENER_ATTR, listener)
     return listener
 
 

@@ -24,7 +24,8 @@ from metadata_store.load_snapshot import (
     split_field,
 )
 from streaming import state as state_mod
-from streaming.driver_view import DriverView, _Made
+from streaming.decoded_shards import Made
+from streaming.driver_view import DriverView
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, SAMPLES, SHARD, SHARD_DELTA, frame
 from streaming.shard_state import (
     COMPACTION_ODDS,
@@ -104,24 +105,24 @@ def test_store_view_and_snapshot_rebuild_the_state_steps_shards_bit_for_bit():
         view.apply(rows)
         _redis_apply(fields, view.take_changes())
         if batch % 3 == 0:  # the view decodes now and then: new deltas onto an older decode
-            view._decode_all(view._records())
+            view.shards.decode(view.ledger.records())
         merged = merged_shards(fields)
         seeded = DriverView.from_snapshot({}, fields)
-        seeded._decode_all(seeded._records())
+        seeded.shards.decode(seeded.ledger.records())
         for k in keys:
             cached = state_mod._SHARD_CACHE[k][1]
             want = cached.to_bytes()
             assert handles[k].stored().to_bytes() == want, f"store, batch {batch}"
             assert encode_bundle_shard(merged[k]) == want, f"snapshot, batch {batch}"
-            assert seeded._made[k].state.to_bytes() == want, f"seeded view, batch {batch}"
+            assert seeded.shards.made[k].state.to_bytes() == want, f"seeded view, batch {batch}"
             assert len(handles[k].deltas) <= MAX_DELTAS
-        view._decode_all(view._records())
+        view.shards.decode(view.ledger.records())
         for k in keys:
-            made = view._made[k]
+            made = view.shards.made[k]
             assert made.state.to_bytes() == state_mod._SHARD_CACHE[k][1].to_bytes()
             # values made before and kept are those of the current rows (last samples made
             # alone included: they are what ``make`` gives for the same rows)
-            fresh = _Made(made.blob, made.state)
+            fresh = Made(made.blob, made.state)
             fresh.make(sorted(set(made.data) | set(made.stats)))
             assert made.stats == fresh.stats, f"batch {batch}"
             assert made.data == {r: fresh.data[r] for r in made.data}, f"batch {batch}"
@@ -221,11 +222,11 @@ def test_a_delta_for_a_shard_the_view_lost_is_applied_and_the_next_record_heals_
         bundles=np.array([6], dtype=np.int64),
     )
     view = DriverView()  # seeded from a snapshot that was lost
-    with caplog.at_level(logging.WARNING, "streaming.driver_view"):
+    with caplog.at_level(logging.WARNING, "streaming.view_ledger"):
         view.apply(rows)
     assert "does not follow" in caplog.text
-    view._decode_all(view._records())
-    assert view._made["s:0"].state.names == [names[1], names[4]]
+    view.shards.decode(view.ledger.records())
+    assert view.shards.made["s:0"].state.names == [names[1], names[4]]
     assert view.take_changes()[2] == {"s:0+3": delta}  # the snapshot gets what the view holds
     whole = frame(
         OUTPUT_FIELDS,
@@ -237,8 +238,8 @@ def test_a_delta_for_a_shard_the_view_lost_is_applied_and_the_next_record_heals_
     view.apply(whole)
     _brokers, _gone, shards, removed = view.take_changes()
     assert shards == {"s:0": base.to_bytes()} and removed == {"s:0+3"}
-    view._decode_all(view._records())
-    assert view._made["s:0"].state.to_bytes() == base.to_bytes()
+    view.shards.decode(view.ledger.records())
+    assert view.shards.made["s:0"].state.to_bytes() == base.to_bytes()
 
 
 def test_snapshot_fields_and_deltas_without_their_record():

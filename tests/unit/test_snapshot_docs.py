@@ -136,7 +136,7 @@ def test_a_view_updated_bundle_by_bundle_equals_one_built_from_scratch():
         updated.warm()
         got = updated.cluster_view(namespaces)
         fresh = DriverView()
-        fresh.apply(_shard_rows(dict(updated._shards)))
+        fresh.apply(_shard_rows({k: b for k, (b, _) in updated.ledger.records().items()}))
         want = fresh.cluster_view(namespaces)
         assert dict(got.bundle_data) == dict(want.bundle_data)
         assert got.brokers == want.brokers
@@ -146,8 +146,9 @@ def test_gc_is_paused_while_any_thread_materialises_and_restored_after():
     import gc
     import threading
 
-    from streaming.driver_view import gc_paused
+    from streaming.gc_pause import GcPause
 
+    gc_paused = GcPause().paused
     assert gc.isenabled()
     inside, leave = threading.Event(), threading.Event()
 
@@ -175,7 +176,7 @@ def test_gc_is_paused_while_any_thread_materialises_and_restored_after():
         gc.enable()
 
 
-def test_a_pause_ends_by_freezing_what_is_alive_and_every_tenth_hands_it_back(monkeypatch):
+def test_a_pause_ends_by_freezing_what_is_alive_and_every_tenth_hands_it_back():
     """After a pause the objects then alive are frozen (no collection walks them; reference
     counting still frees them); every ``FREEZES_PER_SWEEP``-th pause unfreezes them and runs a
     full collection, so cyclic garbage made in between is collected. A caller that turned the
@@ -183,15 +184,15 @@ def test_a_pause_ends_by_freezing_what_is_alive_and_every_tenth_hands_it_back(mo
     import gc
     import weakref
 
-    from streaming import driver_view
+    from streaming.gc_pause import FREEZES_PER_SWEEP, GcPause
 
     gc.unfreeze()
-    monkeypatch.setattr(driver_view, "_GC_FROZEN", [0])
+    gc_paused = GcPause().paused
 
     class Node:
         pass
 
-    with driver_view.gc_paused():
+    with gc_paused():
         cycle = Node()
         cycle.me = cycle  # a reference cycle: only the collector frees it
         gone = weakref.ref(cycle)
@@ -199,16 +200,16 @@ def test_a_pause_ends_by_freezing_what_is_alive_and_every_tenth_hands_it_back(mo
     assert gc.get_freeze_count() > 0 and gc.isenabled()
     gc.collect()
     assert gone() is not None  # frozen: a full collection does not walk it
-    for _ in range(driver_view.FREEZES_PER_SWEEP - 2):
-        with driver_view.gc_paused():
+    for _ in range(FREEZES_PER_SWEEP - 2):
+        with gc_paused():
             pass
     assert gone() is not None and gc.get_freeze_count() > 0
-    with driver_view.gc_paused():
+    with gc_paused():
         pass  # the tenth: handed back and collected
     assert gone() is None and gc.get_freeze_count() == 0
     gc.disable()
     try:
-        with driver_view.gc_paused():
+        with gc_paused():
             pass
         assert gc.get_freeze_count() == 0 and not gc.isenabled()
     finally:
@@ -222,7 +223,7 @@ def test_background_threads_run_nicer_than_the_rest_of_the_process():
 
     import pytest
 
-    from streaming.driver_view import BACKGROUND_NICE, lower_thread_priority
+    from streaming.gc_pause import BACKGROUND_NICE, lower_thread_priority
 
     if not sys.platform.startswith("linux"):
         pytest.skip("per-thread niceness is a Linux feature; elsewhere it is a no-op")
@@ -520,7 +521,7 @@ def test_policies_decide_the_same_over_the_views_columns_as_over_plain_values(mo
 
     from loadbalance.config import LoadBalancerConfig
     from loadbalance.cycle import CycleState, step
-    from streaming import driver_view
+    from streaming.view_mappings import LastStats
 
     rng = np.random.default_rng(11)
     nb = NamespaceBundles.initial(NS, 256)
@@ -560,9 +561,9 @@ def test_policies_decide_the_same_over_the_views_columns_as_over_plain_values(mo
     got = view.cluster_view({NS: nb, "t/quiet": NamespaceBundles.initial("t/quiet", 1)})
     got = replace(got, recently_unloaded={names[5]: 1})
     asked = []
-    real = driver_view._LastStats.sample_columns
+    real = LastStats.sample_columns
     monkeypatch.setattr(
-        driver_view._LastStats,
+        LastStats,
         "sample_columns",
         lambda self: asked.append(1) or real(self),
     )

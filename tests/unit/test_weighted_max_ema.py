@@ -71,7 +71,7 @@ def test_the_driver_writes_weighted_max_ema_and_reads_older_documents_without_it
             doc=np.array([json.dumps(report)], dtype=object),
         )
     )
-    written = json.loads(view.changed_brokers["b1:8080"])
+    written = json.loads(view.take_changes()[0]["b1:8080"])
     assert (written["historyUsage"], written["weightedMaxEma"]) == (0.25, 0.75)
     assert view.cluster_view({}).brokers["b1:8080"].weighted_max_ema == 0.75
     again = DriverView.from_snapshot({"b1:8080": json.dumps(written)}, {})
