@@ -43,6 +43,7 @@ from loadbalance.split_algorithms import (
 )
 from loadbalance.values import DecisionReason, OutcomeKind
 from metadata_store.leases import BrokerNotAlive
+from metadata_store.load_snapshot import decode_broker_doc
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
 
@@ -483,7 +484,7 @@ def stored_report(store: RedisStore, broker: str | None) -> tuple[str, dict[str,
         [broker] = raw
     if broker not in raw:
         raise InvalidInput("broker", f"broker unknown or without a load report: {broker}")
-    report = dict(json.loads(raw[broker]).get("report") or {})
+    report = dict(decode_broker_doc(raw[broker]).get("report") or {})
     docs = snapshot.bundle_docs()
     stats = {
         b: docs[b]["lastStats"]

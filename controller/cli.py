@@ -44,6 +44,7 @@ from loadbalance.config import ConfigError, LoadBalancerConfig, redact_url
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.placement.pipeline import BrokerSelector
 from metadata_store.leases import Lease
+from metadata_store.load_snapshot import decode_broker_doc
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
 
@@ -485,7 +486,7 @@ def _broker_load(
     raw = store.load_snapshot.broker_docs_raw().get(args.broker)
     if raw is None:
         raise InvalidInput("broker", f"broker unknown or without a load report: {args.broker}")
-    doc = json.loads(raw)
+    doc = decode_broker_doc(raw)
     if args.json:
         return [doc]
     r = doc.get("report", {})

@@ -70,6 +70,7 @@ from lbctl.monitor_lag import LagProbe
 from lbctl.policy_check import policy_problems
 from loadbalance.config import ConfigError, LoadBalancerConfig, redact_url
 from loadbalance.errors import LoadBalancerError
+from metadata_store.load_snapshot import decode_broker_docs
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
 
@@ -393,25 +394,15 @@ def _policy_lines(args: argparse.Namespace) -> list[str]:
         live = store.live_brokers(store.server_time_ms())
         usage = {
             name: broker_row(name, doc, 0).max_pct
-            for name, doc in _json_docs(store.load_snapshot.broker_docs_raw()).items()
+            for name, doc in decode_broker_docs(
+                store.load_snapshot.broker_docs_raw(), skip_unreadable=True
+            ).items()
         }
         return policy_problems(store, live, usage)
     except (redis.RedisError, LoadBalancerError, ValueError):
         return []
     finally:
         client.close()
-
-
-def _json_docs(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    out = {}
-    for name, value in raw.items():
-        try:
-            doc = json.loads(value)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            out[name] = doc
-    return out
 
 
 class _ProbeError(Exception):

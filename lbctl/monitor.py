@@ -30,7 +30,6 @@ The Kafka lag comes from ``lbctl.monitor_lag``; rendering and the ``lbctl monito
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections import deque
@@ -52,6 +51,7 @@ from lbctl.monitor_services import (
 from lbctl.policy_check import policy_problems
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.values import DecisionKind, OutcomeKind
+from metadata_store.load_snapshot import decode_broker_docs
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
 
@@ -504,15 +504,8 @@ class Monitor:
 
     def _broker_rows(self, owned: Mapping[str, int]) -> list[BrokerRow]:
         """One row per broker document of the load snapshot, sorted; unreadable ones skipped."""
-        rows = []
-        for name, value in sorted(self.store.load_snapshot.broker_docs_raw().items()):
-            try:
-                doc = json.loads(value)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                rows.append(broker_row(name, doc, owned.get(name, 0)))
-        return rows
+        docs = decode_broker_docs(self.store.load_snapshot.broker_docs_raw(), skip_unreadable=True)
+        return [broker_row(name, docs[name], owned.get(name, 0)) for name in sorted(docs)]
 
     def _read(self) -> Snapshot:
         """One consistent-enough read (several keys, no transaction: it is a display)."""
