@@ -52,6 +52,7 @@ from streaming.schema import (
     REPORT,
     SAMPLES,
     SHARD_PREFIX,
+    ParsedRow,
     frame,
 )
 from streaming.shard_state import pack_encoded_samples, samples_names, shard_of
@@ -154,7 +155,7 @@ def _rows_of(
     event_ms: int,
     partition: int,
     offset: int,
-) -> list[tuple[Any, ...]]:
+) -> list[ParsedRow]:
     """The ``report`` row and the per-shard ``samples`` rows of one decoded report, the report
     row's document not yet written: its place holds the report's head (``finish_rows`` writes
     the document, or the issues alone, with ``_with_document`` or ``_with_issues_only``)."""
@@ -162,8 +163,8 @@ def _rows_of(
     broker = head.broker
     if head.issue_counts:
         _warn_issues(head)
-    rows: list[tuple[Any, ...]] = [
-        (
+    rows: list[ParsedRow] = [
+        ParsedRow(
             BROKER_PREFIX + broker,
             REPORT,
             broker,
@@ -181,7 +182,7 @@ def _rows_of(
         return rows
     for shard, block in _sample_blocks(names, values, counts, settings.n_shards):
         rows.append(
-            (
+            ParsedRow(
                 settings.shard_key(shard),
                 SAMPLES,
                 broker,
@@ -197,23 +198,25 @@ def _rows_of(
     return rows
 
 
-def _with_document(row: tuple[Any, ...]) -> tuple[Any, ...]:
+def _with_document(row: ParsedRow) -> ParsedRow:
     """The report row with its document: the report without ``lastStats`` (the samples rows
     carry those), plus ``reportIssues`` when the codec ignored something in it."""
-    head = row[-1]
+    head = row.payload
     doc = report_to_dict(head)  # the head's last_stats is empty, and not part of the row
     del doc["lastStats"]
     if head.issue_counts:
         doc[ISSUES_FIELD] = dict(head.issue_counts)
-    return (*row[:-1], json.dumps(doc, separators=(",", ":")).encode())
+    return row._replace(payload=json.dumps(doc, separators=(",", ":")).encode())
 
 
-def _with_issues_only(row: tuple[Any, ...]) -> tuple[Any, ...]:
+def _with_issues_only(row: ParsedRow) -> ParsedRow:
     """The report row of a report whose document is dropped: what is kept is a document of its
     ``reportIssues`` alone, which the state step sums over the broker's reports of the batch
     (``None`` when it has none, the usual case)."""
-    issues = row[-1].issue_counts
-    return (*row[:-1], json.dumps({ISSUES_FIELD: dict(issues)}).encode() if issues else None)
+    issues = row.payload.issue_counts
+    return row._replace(
+        payload=json.dumps({ISSUES_FIELD: dict(issues)}).encode() if issues else None
+    )
 
 
 class _ShardPlans:
@@ -318,7 +321,7 @@ def parse_record(
     offset: int,
     timestamp_ms: int,
     settings: ParseSettings,
-) -> list[tuple[Any, ...]]:
+) -> list[ParsedRow]:
     """Rows for one Kafka record; never raises."""
     return finish_rows(_record_rows(value, key, topic, partition, offset, timestamp_ms, settings))
 
@@ -331,7 +334,7 @@ def _record_rows(
     offset: int,
     timestamp_ms: int,
     settings: ParseSettings,
-) -> list[tuple[Any, ...]]:
+) -> list[ParsedRow]:
     """``parse_record`` with a report row's document not yet written (``_rows_of``)."""
     try:
         # the size limit is checked before anything is parsed
@@ -344,7 +347,7 @@ def _record_rows(
     except Exception as e:  # one bad record must never stop the query
         field, reason = "", f"internal: {type(e).__name__}"
     doc = dead_letter(value, key, topic, partition, offset, timestamp_ms, field, reason)
-    return [(DEAD_KEY, DEAD, "", timestamp_ms, partition, offset, 0.0, 0.0, 0.0, doc)]
+    return [ParsedRow(DEAD_KEY, DEAD, "", timestamp_ms, partition, offset, 0.0, 0.0, 0.0, doc)]
 
 
 def parse_records(
@@ -355,7 +358,7 @@ def parse_records(
     offsets: list[int],
     timestamps_ms: list[int],
     settings: ParseSettings,
-) -> list[tuple[Any, ...]]:
+) -> list[ParsedRow]:
     """Parsed rows for a run of Kafka records (columns of equal length); never raises.
 
     Only each broker's latest report of the run, by ``(event_ms, partition, offset)``, gets its
@@ -382,7 +385,7 @@ def decode_records(
     offsets: list[int],
     timestamps_ms: list[int],
     settings: ParseSettings,
-) -> list[tuple[Any, ...]]:
+) -> list[ParsedRow]:
     """The first half of ``parse_records``: every record decoded, the report rows' documents
     not yet written (``finish_rows`` writes them over the whole run, which may be several
     calls of this put together).
@@ -390,7 +393,7 @@ def decode_records(
     The collector is paused over the records: the decoded documents are tens of thousands of
     short-lived objects per report, freed by reference counting, and the collections they would
     set off walk everything the worker keeps alive."""
-    rows: list[tuple[Any, ...]] = []
+    rows: list[ParsedRow] = []
     with _collector_paused():
         for value, key, topic, partition, offset, ts in zip(
             values, keys, topics, partitions, offsets, timestamps_ms, strict=True
@@ -403,20 +406,25 @@ def decode_records(
     return rows
 
 
-def finish_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def finish_rows(rows: list[ParsedRow]) -> list[ParsedRow]:
     """The second half of ``parse_records``: each broker's latest report row of ``rows`` gets
     its document, the other report rows their issues alone (in place; ``rows`` is returned)."""
     latest: dict[str, int] = {}
     for i, row in enumerate(rows):
-        if row[1] == REPORT:
-            j = latest.get(row[0])
-            if j is None or row[3:6] > rows[j][3:6]:
-                latest[row[0]] = i
+        if row.kind == REPORT:
+            j = latest.get(row.key)
+            if j is None or _order(row) > _order(rows[j]):
+                latest[row.key] = i
     keep = set(latest.values())
     for i, row in enumerate(rows):
-        if row[1] == REPORT:
+        if row.kind == REPORT:
             rows[i] = _with_document(row) if i in keep else _with_issues_only(row)
     return rows
+
+
+def _order(row: ParsedRow) -> tuple[int, int, int]:
+    """Where a row stands in report order: ``(event_ms, partition, offset)``."""
+    return row.event_ms, row.partition, row.offset
 
 
 @contextmanager
@@ -430,7 +438,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def parsed_arrow_batch(rows: list[tuple[Any, ...]]) -> Any:
+def parsed_arrow_batch(rows: list[ParsedRow]) -> Any:
     """``rows`` (``PARSED_FIELDS``) as one Arrow record batch (the Kafka source's output when
     it parses as it reads)."""
     import pyarrow as pa

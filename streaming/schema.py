@@ -33,7 +33,7 @@ reported every 5 s); a record is bytes the state step has already made.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -76,6 +76,24 @@ PARSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("weighted_max", "double"),
     ("payload", "binary"),  # last: the parse stage's rows carry the report's head here
 )
+
+_PYTHON_TYPES: dict[str, Any] = {
+    "string": str,
+    "bigint": int,
+    "int": int,
+    "double": float,
+    "binary": Any,  # bytes or None; inside the parse stage, a report row's head first
+}
+
+ParsedRow = NamedTuple(  # type: ignore[misc]
+    "ParsedRow", [(name, _PYTHON_TYPES[kind]) for name, kind in PARSED_FIELDS]
+)
+ParsedRow.__doc__ = """One parsed row, a tuple whose fields are ``PARSED_FIELDS`` in order.
+
+Why generated from ``PARSED_FIELDS``: the rows are read by name (``row.kind``,
+``row.payload``) and still are plain tuples where Spark, Arrow and pandas take them
+(``DataFrame.from_records``, ``zip(*rows)``), so a field added or moved in the schema cannot
+leave a reader on the wrong position."""
 
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),

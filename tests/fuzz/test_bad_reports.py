@@ -23,10 +23,8 @@ from hypothesis import strategies as st
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
 from streaming.parse import ParseSettings, parse_record
-from streaming.schema import DEAD, PARSED_FIELDS, REPORT, SAMPLES
+from streaming.schema import DEAD, REPORT, SAMPLES, ParsedRow
 from tests.fuzz.corpus import REPORT_CLASSES, TOLERATED_REPORT_CLASSES, Case, report_cases
-
-PAYLOAD = [name for name, _ in PARSED_FIELDS].index("payload")  # a parse row's payload
 
 N_CASES = 55_000
 TRACED_CASES = 6_000
@@ -52,7 +50,7 @@ def _check_strings_encodable(row: tuple) -> None:
             v.encode("utf-8")
 
 
-def run_report(case_value: bytes | None, key: bytes | None, offset: int) -> list[tuple]:
+def run_report(case_value: bytes | None, key: bytes | None, offset: int) -> list[ParsedRow]:
     rows = parse_record(case_value, key, "reports", 0, offset, 1_700_000_000_000, SETTINGS)
     for row in rows:
         _check_strings_encodable(row)
@@ -62,23 +60,23 @@ def run_report(case_value: bytes | None, key: bytes | None, offset: int) -> list
 def _check_case(i: int, case: Case, dead: Counter[str]) -> None:
     rows = run_report(case.value, case.key, i)
     if case.cls in TOLERATED_REPORT_CLASSES:
-        assert rows[0][1] == REPORT, (i, case.cls, case.note, rows)
-        issues = json.loads(rows[0][PAYLOAD]).get("reportIssues", {})
+        assert rows[0].kind == REPORT, (i, case.cls, case.note, rows)
+        issues = json.loads(rows[0].payload).get("reportIssues", {})
         if case.cls == "unknown_reading":  # Pulsar's own "unknown": not an issue at all
             assert issues == {}, (i, case.note, issues)
         else:
             assert sum(issues.values()) >= 1, (i, case.cls, case.note)
         return
     if case.bad:
-        assert len(rows) == 1 and rows[0][1] == DEAD, (i, case.cls, case.note)
-        doc = json.loads(rows[0][PAYLOAD])
+        assert len(rows) == 1 and rows[0].kind == DEAD, (i, case.cls, case.note)
+        doc = json.loads(rows[0].payload)
         assert doc["reason"], (i, case.cls, case.note)
         assert not doc["reason"].startswith("internal"), (i, case.cls, case.note, doc)
-        assert len(rows[0][PAYLOAD]) <= DEAD_LETTER_BOUND_BYTES, (i, case.cls)
+        assert len(rows[0].payload) <= DEAD_LETTER_BOUND_BYTES, (i, case.cls)
         assert doc["offset"] == i and doc["valueBytes"] == len(case.value or b"")
         dead[case.cls] += 1
     else:
-        kinds = [r[1] for r in rows]
+        kinds = [r.kind for r in rows]
         assert kinds[0] == REPORT and set(kinds[1:]) <= {SAMPLES}, (i, case.note, rows)
 
 
@@ -125,7 +123,7 @@ def test_each_class_is_refused_for_its_own_reason() -> None:
         if case.cls not in expected:
             continue
         (row,) = run_report(case.value, case.key, i)
-        reason = json.loads(row[PAYLOAD])["reason"]
+        reason = json.loads(row.payload)["reason"]
         assert any(w in reason for w in expected[case.cls]), (case.cls, case.note, reason)
         seen[case.cls] += 1
     assert set(seen) == set(expected)
@@ -151,6 +149,6 @@ def test_arbitrary_documents_never_escape_parse(doc: dict, key: bytes | None) ->
     raw = json.dumps(doc).encode()
     rows = run_report(raw, key, 0)
     assert rows
-    if rows[0][1] == DEAD:
-        reason = json.loads(rows[0][PAYLOAD])["reason"]
+    if rows[0].kind == DEAD:
+        reason = json.loads(rows[0].payload)["reason"]
         assert reason and not reason.startswith("internal"), reason

@@ -84,7 +84,7 @@ def test_sample_blocks_from_a_kept_plan_equal_the_plain_ones(monkeypatch, n_shar
         raw = _report(order)
         for _ in range(2):  # the second from the kept plan
             rows = parse.parse_record(raw, b"b:8080", "t", 0, 1, 5, settings)
-            got = [(r[0], r[-1]) for r in rows if r[1] == "samples"]
+            got = [(r.key, r.payload) for r in rows if r.kind == "samples"]
             assert got == [
                 (k.replace("shard-", parse.SHARD_PREFIX), v)
                 for k, v in _expected_samples(raw, n_shards)
@@ -92,7 +92,7 @@ def test_sample_blocks_from_a_kept_plan_equal_the_plain_ones(monkeypatch, n_shar
     assert len(parse._plans._plans) == 3
     other = parse.ParseSettings(1 << 20, n_shards + 1, UsageWeights())  # same names, more shards
     rows = parse.parse_record(_report(names), b"b:8080", "t", 0, 1, 5, other)
-    assert [(r[0], r[-1]) for r in rows if r[1] == "samples"] == [
+    assert [(r.key, r.payload) for r in rows if r.kind == "samples"] == [
         (k.replace("shard-", parse.SHARD_PREFIX), v)
         for k, v in _expected_samples(_report(names), n_shards + 1)
     ]
