@@ -270,11 +270,58 @@ _BROKER_GAUGES = (
     BROKER_BANDWIDTH_OUT_USAGE,
 )
 
-# Brokers whose series we set, so that departed ones can be removed without the client's private
-# label table.
-_usage_children: dict[str, tuple] = {}  # broker -> its children of the usage gauges
-_score_children: dict[tuple[str, str], Any] = {}  # (broker, feature) -> its score child
-_brokers_lock = threading.Lock()
+
+class BrokerSeries:
+    """The per-broker series of the usage and score gauges that this process set, so that
+    departed brokers' series can be removed without the client's private label table, and
+    each broker's children are looked up once (``labels()`` validates and locks on every call).
+
+    An object, not module state: the process's one (``BROKER_SERIES``) sits beside the gauges
+    it tracks, and a test makes its own over its own gauges and throws it away."""
+
+    def __init__(self, usage_gauges: tuple[Any, ...], score_gauge: Any) -> None:
+        self._usage_gauges, self._score_gauge = usage_gauges, score_gauge
+        self._usage: dict[str, tuple] = {}  # broker -> its children of the usage gauges
+        self._score: dict[tuple[str, str], Any] = {}  # (broker, feature) -> its score child
+        self._lock = threading.Lock()
+
+    def usage(self, broker: str) -> tuple:
+        """The broker's children of the usage gauges, in ``usage_gauges`` order."""
+        children = self._usage.get(broker)
+        if children is None:
+            children = tuple(g.labels(broker=broker) for g in self._usage_gauges)
+            with self._lock:
+                self._usage[broker] = children
+        return children
+
+    def score(self, broker: str, feature: str) -> Any:
+        """The broker's child of the score gauge for ``feature``."""
+        child = self._score.get((broker, feature))
+        if child is None:
+            child = self._score_gauge.labels(broker=broker, feature=feature)
+            with self._lock:
+                self._score[(broker, feature)] = child
+        return child
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Remove the series of every broker not in ``keep``."""
+        keep_set = set(keep)
+        with self._lock:
+            gone = [b for b in self._usage if b not in keep_set]
+            for b in gone:
+                del self._usage[b]
+            gone_scored = [key for key in self._score if key[0] not in keep_set]
+            for key in gone_scored:
+                del self._score[key]
+        for broker in gone:
+            for gauge in self._usage_gauges:
+                gauge.remove(broker)
+        for broker, feature in gone_scored:
+            self._score_gauge.remove(broker, feature)
+
+
+BROKER_SERIES = BrokerSeries(_BROKER_GAUGES, BROKER_RESOURCE_USAGE)
+"""The series this process set on its gauges (``set_broker_usage``, ``set_broker_score``)."""
 
 # --------------------------------------------------------------------------------------------
 # Recording helpers: one call per batch or cycle, Pulsar's counting rules in one place
@@ -291,12 +338,7 @@ def set_broker_usage(
     bandwidth_out: float,
 ) -> None:
     """Set one broker's usage gauges (percent, as Pulsar's ``LocalBrokerData`` usage)."""
-    children = _usage_children.get(broker)
-    if children is None:
-        # ``labels()`` validates and locks on every call; a broker's children are looked up once.
-        children = tuple(g.labels(broker=broker) for g in _BROKER_GAUGES)
-        with _brokers_lock:
-            _usage_children[broker] = children
+    children = BROKER_SERIES.usage(broker)
     for child, value in zip(children, (cpu, memory, direct_memory, bandwidth_in, bandwidth_out)):
         child.set(value)
 
@@ -321,35 +363,14 @@ def forget_brokers(keep: Iterable[str]) -> None:
     Why: a broker that left the cluster must not keep exporting its last usage forever (a stale
     gauge looks like a live, idle broker on a dashboard).
     """
-    keep_set = set(keep)
-    with _brokers_lock:
-        gone = [b for b in _usage_children if b not in keep_set]
-        for b in gone:
-            del _usage_children[b]
-        gone_scored = [key for key in _score_children if key[0] not in keep_set]
-        for key in gone_scored:
-            del _score_children[key]
-    for broker in gone:
-        for gauge in _BROKER_GAUGES:
-            gauge.remove(broker)
-    for broker, feature in gone_scored:
-        BROKER_RESOURCE_USAGE.remove(broker, feature)
+    BROKER_SERIES.forget(keep)
 
 
 def set_broker_score(broker: str, *, max_ema: float, latest_max: float | None = None) -> None:
     """Set one broker's score gauges (``pulsar_lb_resource_usage``, 0-1)."""
-    _score_child(broker, "max_ema").set(max_ema)
+    BROKER_SERIES.score(broker, "max_ema").set(max_ema)
     if latest_max is not None:
-        _score_child(broker, "max").set(latest_max)
-
-
-def _score_child(broker: str, feature: str) -> Any:
-    child = _score_children.get((broker, feature))
-    if child is None:
-        child = BROKER_RESOURCE_USAGE.labels(broker=broker, feature=feature)
-        with _brokers_lock:
-            _score_children[(broker, feature)] = child
-    return child
+        BROKER_SERIES.score(broker, "max").set(latest_max)
 
 
 def set_resource_usage_stats(avg: float, std: float, feature: str = "max_ema") -> None:
@@ -461,15 +482,40 @@ def role_registry(role: str | None) -> Any:
     return registry
 
 
-_servers: list = []
-_urls: list[str] = []
-_servers_lock = threading.Lock()
+class Exporters:
+    """The ``/metrics`` HTTP servers a process started and their URLs (an object, so that a
+    test can make its own and stop it; the process's one is ``EXPORTERS``)."""
+
+    def __init__(self) -> None:
+        self._servers: list = []
+        self._urls: list[str] = []
+        self._lock = threading.Lock()
+
+    def add(self, httpd: Any, url: str) -> None:
+        with self._lock:
+            self._servers.append(httpd)
+            self._urls.append(url)
+
+    def urls(self) -> list[str]:
+        with self._lock:
+            return list(self._urls)
+
+    def stop_all(self) -> None:
+        """Shut down every server added (tests; processes just exit)."""
+        with self._lock:
+            servers, self._servers, self._urls = self._servers, [], []
+        for httpd in servers:
+            httpd.shutdown()
+            httpd.server_close()
+
+
+EXPORTERS = Exporters()
+"""The exporters this process serves (``serve``, ``served_urls``, ``stop_all``)."""
 
 
 def served_urls() -> list[str]:
     """The ``/metrics`` URLs this process serves (the process registry publishes them)."""
-    with _servers_lock:
-        return list(_urls)
+    return EXPORTERS.urls()
 
 
 def serve(port: int | None, addr: str = "127.0.0.1", role: str | None = None) -> int | None:
@@ -484,20 +530,16 @@ def serve(port: int | None, addr: str = "127.0.0.1", role: str | None = None) ->
     httpd, _thread = start_http_server(port, addr=addr, registry=role_registry(role))
     bound = int(httpd.server_port)
     shown = f"[{addr}]" if ":" in addr else addr
-    with _servers_lock:
-        _servers.append(httpd)
-        _urls.append(f"http://{'127.0.0.1' if addr in ('0.0.0.0', '') else shown}:{bound}/metrics")
+    EXPORTERS.add(
+        httpd, f"http://{'127.0.0.1' if addr in ('0.0.0.0', '') else shown}:{bound}/metrics"
+    )
     log.info("metrics on http://%s:%d/metrics", shown, bound)
     return bound
 
 
 def stop_all() -> None:
     """Shut down every exporter this process started (tests; processes just exit)."""
-    with _servers_lock:
-        servers, _servers[:], _urls[:] = list(_servers), [], []
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
+    EXPORTERS.stop_all()
 
 
 def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
