@@ -163,6 +163,11 @@ class ServingTable:
         if cur is not None:
             self._close(bundle, cur, min(cur.until, at))
 
+    def stop_all(self, at: float) -> None:
+        """The broker stopped serving everything at ``at`` (it shut down)."""
+        for bundle in list(self._held):
+            self.lost(bundle, at)
+
     def serving(self, bundle: str, now: float) -> bool:
         cur = self._held.get(bundle)
         return cur is not None and cur.start is not None and cur.start <= now < cur.until

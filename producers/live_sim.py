@@ -36,11 +36,15 @@ One cycle, in fast mode's order:
    transfer applied by the controller is what the next reports show).
 3. Every unowned bundle with topics is looked up through ``controller.placement.lookup_and_assign``
    with one of its topics, as a Pulsar client's lookup assigns a free bundle.
-4. ``sim_model.reports_at`` computes the reports for exactly the bundles each live broker owns
-   in Redis; each is published as ``LocalBrokerData`` JSON keyed by broker id, stamped with the
-   cycle's virtual time.
-5. Every live broker heartbeats its registration and renews its leases (``LeaseKeeper``, the
-   broker agent's piece, fenced by token).
+4. Every live broker heartbeats its registration and renews the leases it holds in Redis
+   (``LeaseKeeper``, the broker agent's piece, fenced by token), which moves its local
+   serve-until per bundle (``loadbalance.serving``, the agent's rule: send time of the last
+   successful renewal + ``ttl * (1 - leaseClockDriftBound) - leaseStopMarginMs`` on the
+   broker's monotonic clock).
+5. ``sim_model.reports_at`` computes the reports for exactly the bundles each live broker owns
+   in Redis *and* may still serve by its own clock; each is published as ``LocalBrokerData``
+   JSON keyed by broker id, stamped with the cycle's virtual time. ``serving_intervals()``
+   gives what every simulated broker served, for ``loadbalance.serving_checker``.
 
 ``run`` paces cycles to ``cycle_seconds`` of wall time and returns promptly after ``stop()``.
 """
@@ -66,6 +70,7 @@ from loadbalance.cycle import weights_from_config
 from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.model import LocalBrokerData
 from loadbalance.report_codec import encode_report
+from loadbalance.serving import ServingInterval, ServingRule, ServingTable
 from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
 from producers.agent import KafkaReportPublisher, LeaseKeeper, wall_clock_ms
@@ -224,6 +229,7 @@ class LiveSim:
         start_ms: int | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         stop_event: threading.Event | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.scenario = scenario
         self.config = config
@@ -242,6 +248,12 @@ class LiveSim:
         self.lease_ttl_ms = int(config.load_balancer_ownership_lease_ttl_seconds * 1000)
         self.registration_ttl_ms = int(config.load_balancer_broker_registration_ttl_seconds * 1000)
         self.weights = weights_from_config(config)
+        self.serving_rule = ServingRule.from_config(config)
+        # the brokers' local clock: the host's monotonic clock, or an injected wall clock's
+        # seconds (tests drive leases with a fake clock, and serving must follow the same one)
+        self.monotonic = monotonic or (
+            time.monotonic if clock is wall_clock_ms else lambda: clock() / 1000.0
+        )
         self._keepers: dict[str, LeaseKeeper] = {}
         self._probe = self._topics_by_bundle_index()
         self._stop = stop_event if stop_event is not None else threading.Event()
@@ -259,10 +271,29 @@ class LiveSim:
         if keeper is None:
             info = {"simulated": True, "webServiceUrl": f"http://{broker}:8080"}
             keeper = LeaseKeeper(
-                self.store, broker, self.registration_ttl_ms, self.lease_ttl_ms, info
+                self.store,
+                broker,
+                self.registration_ttl_ms,
+                self.lease_ttl_ms,
+                info,
+                serving=ServingTable(broker, self.serving_rule),
+                monotonic=self.monotonic,
             )
             self._keepers[broker] = keeper
         return keeper
+
+    def serving_intervals(self) -> list[ServingInterval]:
+        """What every simulated broker served so far, on its (monotonic) clock."""
+        return [
+            i
+            for k in self._keepers.values()
+            if k.serving is not None
+            for i in k.serving.intervals()
+        ]
+
+    def _serving(self, broker: str, bundle: str, now: float) -> bool:
+        table = self._keeper(broker).serving
+        return table is not None and table.serving(bundle, now)
 
     def _register(self, broker: str, now_ms: int) -> None:
         k = self._keeper(broker)
@@ -330,6 +361,9 @@ class LiveSim:
                 self._register(name, now_ms)
             elif action == BROKER_DOWN and name in self.live:
                 self._release_all(name, now_ms)
+                table = self._keeper(name).serving
+                if table is not None:  # released: it serves nothing from here on
+                    table.stop_all(self.monotonic())
                 # a heartbeat with a zero TTL ends the registration: gone, not just silent
                 self.store.register_broker(name, now_ms, 0)
                 self.live.discard(name)  # last, so a Redis error here is retried whole
@@ -390,8 +424,11 @@ class LiveSim:
         moved = sum(1 for b, o in owners.items() if self._owners_before.get(b, o) != o)
         self._owners_before = owners
         live = sorted(self.live)
+        self._renew_held(cycle, live, owners, now_ms)
+        mono = self.monotonic()
+        served = {b: o for b, o in owners.items() if self._serving(o, b, mono)}
         model_reports, _ = reports_at(
-            self.scenario.model, namespaces, owners, live, cycle * self.tick_ms, self.rng
+            self.scenario.model, namespaces, served, live, cycle * self.tick_ms, self.rng
         )
         reports = {b: replace(r, last_update_ms=virtual_ms) for b, r in model_reports.items()}
         published = 0
@@ -402,15 +439,6 @@ class LiveSim:
             published = len(reports)
         except Transient as e:
             log.warning("cycle %d: %s", cycle, e)
-        for broker in live:
-            try:
-                renewed = self._keeper(broker).heartbeat(reports[broker].bundles, now_ms)
-            except Exception as e:  # Redis hiccup: the next cycle renews well within the TTL
-                log.warning("cycle %d: heartbeat of %s failed: %s", cycle, broker, e)
-                continue
-            lost = sorted(b for b, ok in renewed.items() if not ok)
-            if lost:
-                log.info("%s lost %d leases to another owner", broker, len(lost))
         self.cycles_done = cycle + 1
         self.last = LiveCycle(
             cycle=cycle,
@@ -429,6 +457,22 @@ class LiveSim:
             looked_up=tuple(assigned),
         )
         return self.last
+
+    def _renew_held(
+        self, cycle: int, live: Sequence[str], owners: Mapping[str, str], now_ms: int
+    ) -> None:
+        """Heartbeat every live broker and renew the leases Redis gives it, before it serves
+        them: a broker serves a bundle only after a renewal of its own succeeded."""
+        for broker in live:
+            mine = [b for b, o in owners.items() if o == broker]
+            try:
+                renewed = self._keeper(broker).heartbeat(mine, now_ms)
+            except Exception as e:  # Redis hiccup: it serves on until its serve-until
+                log.warning("cycle %d: heartbeat of %s failed: %s", cycle, broker, e)
+                continue
+            lost = sorted(b for b, ok in renewed.items() if not ok)
+            if lost:
+                log.info("%s lost %d leases to another owner", broker, len(lost))
 
     def renew(self) -> int:
         """Heartbeat every live broker and renew the leases it served in the last cycle, between

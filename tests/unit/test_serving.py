@@ -120,3 +120,12 @@ def test_malformed_input_is_reported() -> None:
     kinds = [v.kind for v in check_serving([_iv("b1", PARENT, 5, 4), _iv("b9", LEFT, 0, 1)],
                                           {"b1": EXACT})]  # fmt: skip
     assert kinds == ["bad_interval", "unknown_clock"]
+
+
+def test_a_broker_that_shuts_down_ends_every_interval_then() -> None:
+    t = ServingTable("b1", RULE)
+    t.renewed(PARENT, 7, 1.0, 1.1)
+    t.renewed(OTHER, 8, 1.0, 1.1)
+    t.stop_all(2.0)
+    assert [(i.bundle, i.end) for i in t.intervals()] == [(PARENT, 2.0), (OTHER, 2.0)]
+    assert t.bundles() == []
