@@ -428,6 +428,10 @@ class KafkaCluster(StartStop):
             # reports with virtual or fixed past times: with Kafka's 7-day default their
             # segments would be deleted within minutes. Size, not age, bounds these logs.
             "log.retention.ms": "-1",
+            # Kafka 4 rejects a record stamped more than an hour ahead of the broker's clock
+            # (log.message.timestamp.after.max.ms); the simulator's virtual time runs 30x
+            # ahead, so a demo run longer than two minutes would have every report refused.
+            "log.message.timestamp.after.max.ms": str(2**63 - 1),
             # Reports of large brokers pass Kafka's 1 MB default; the product's topics ask for
             # what maxReportBytes needs (infra.config_loading), a test's topics get this much
             "message.max.bytes": str(MAX_MESSAGE_BYTES),

@@ -60,13 +60,21 @@ from infra.kafka_server import KafkaCluster
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision
 from metadata_store.ownership_redis import RedisStore
-from tests.reliability.invariants import check_invariants, kill_group, lbctl, set_args, stop
+from metadata_store.progress import RedisProgress
+from tests.reliability.invariants import (
+    check_invariants,
+    kill_group,
+    lbctl,
+    set_args,
+    stop,
+    wait_for,
+)
 from tests.reliability.kafka_cluster import assert_one_outcome_each_applied_once, outcome_entries
 from tests.reliability.test_stream_faults import _read_values
 
 FAULTS = ("job", "controller", "brokers-kill", "brokers-stop", "redis", "kafka")
 LEASE_TTL_S = 6
-CYCLE_S = 1.0
+CYCLE_S = 2.0
 DRAIN_TIMEOUT_S = 240.0
 
 SNAPSHOT_LUA = """
@@ -192,8 +200,14 @@ class Soak:
         self.config = LoadBalancerConfig(**self.knobs)
         ensure_pipeline_topics(self.bootstrap, self.config)
         self.r = redis.Redis.from_url(self.redis_url, socket_timeout=5)
-        for name in ("job", "control-0", "control-1", "brokers"):
+        for name in ("job", "control-0", "control-1"):
             self._spawn(name)
+        # the brokers start once the query exists, as lbctl run does, and the faults once the
+        # job has committed a batch: a soak whose job never started would prove nothing
+        wait_for("the streaming query", (self.workdir / "ckpt" / "metadata").exists, 300)
+        self._spawn("brokers")
+        progress = RedisProgress(self.r, self.prefix)
+        wait_for("the job's first batch", lambda: progress.last_batch() is not None, 300)
 
     def _where(self) -> list[str]:
         return ["--bootstrap-servers", self.bootstrap, "--redis-url", self.redis_url]
@@ -331,8 +345,7 @@ def run_soak(
     started = time.monotonic()
     try:
         soak.start()
-        say(f"soak {soak.prefix}: services and processes started; warming up")
-        time.sleep(20)  # the job's first batch and the first placements, before any fault
+        say(f"soak {soak.prefix}: the job's first batch is in; faults start")
         sampler = Sampler(soak.r, soak.prefix)
         thread = threading.Thread(target=sampler.run, daemon=True)
         thread.start()
