@@ -34,6 +34,10 @@ the same starting ownership; only the policies differ. What is scored, and why:
   balance ratio of a cycle is that of the worst pool (each pool's busiest broker over the pool's
   own mean), end MAD is taken from each broker's pool mean, and the per-pool cycles to balance
   and end max/mean are reported as well. Without isolation there is one pool and nothing changes.
+* **in-band moves**: moves (unloads and transfers) decided in a cycle whose reports already had
+  the cluster within the balance band (each pool's busiest broker at most
+  ``loadBalancerBalancedMaxOverMean`` x the pool's mean). Every move disconnects clients and a
+  cluster inside the band gains nothing the band does not give; target 0.
 * **max moves of one bundle in 60 cycles**: the most moves any single bundle made inside any
   window of 60 consecutive cycles, leaving out bundles a scenario event displaced (a crash or a
   leave freed them, so moving them on is recovery, not churn). A bundle moved back and forth
@@ -55,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from loadbalance.config import LoadBalancerConfig
+from loadbalance.decisions import TRANSFER, UNLOAD, Decision
 from loadbalance.model import NamespaceBundleStats
 from producers.fast_sim import Move, SimRun, simulate
 from producers.scenarios import ADD_BROKERS, CRASH, REMOVE_BROKERS, RESTART, load_scenario
@@ -156,6 +161,7 @@ class Score:
     bytes_moved_gb: float | None = None
     connections_disturbed: int | None = None
     max_moves_one_bundle_60: int = 0
+    in_band_moves: int = 0
     policy_violations: int | None = None
     first_violation: str = ""
     pools_balanced_after: dict[str, int | None] = field(default_factory=dict)
@@ -268,6 +274,24 @@ def max_moves_in_window(
     return best
 
 
+def in_band_moves(
+    decisions: Iterable[Decision],
+    ratios: Sequence[float],
+    tick_ms: int,
+    band: float = BALANCE_RATIO,
+) -> int:
+    """Unloads and transfers decided in a cycle whose balance ratio (``ratios``, per cycle) was
+    already within ``band``."""
+    count = 0
+    for d in decisions:
+        if d.kind not in (TRANSFER, UNLOAD):
+            continue
+        c = d.decided_at_ms // tick_ms
+        if 0 <= c < len(ratios) and ratios[c] <= band:
+            count += 1
+    return count
+
+
 def score_run(
     run: SimRun, pair: StrategyPair, kinds: set[str], *, tick_seconds: float = 60.0
 ) -> Score:
@@ -311,6 +335,7 @@ def score_run(
         bytes_moved_gb=moved_gb,
         connections_disturbed=disturbed,
         max_moves_one_bundle_60=max_moves_in_window(run.moves, run.displaced),
+        in_band_moves=in_band_moves(run.decisions, ratios, int(tick_seconds * 1000)),
         policy_violations=sum(run.violations) if run.violations else None,
         first_violation=_first_violation(run),
         pools_balanced_after=_pool_balance(run, pools, start),
@@ -395,6 +420,7 @@ COLUMNS = (
     ("splits", "splits"),
     ("oscillations", "oscillations"),
     ("max_moves_one_bundle_60", "max moves of a bundle in 60 cycles"),
+    ("in_band_moves", "in-band moves"),
     ("policy_violations", "policy violations"),
     ("bytes_moved_gb", "GB moved"),
     ("connections_disturbed", "connections disturbed"),

@@ -17,7 +17,8 @@ broker less usage than a weak one):
    move can, which is what keeps the count of moves low), then the flatter cluster, then the
    cheaper bundle.
 
-A move must lower the higher load of its pair, so a plan never raises the cluster's maximum;
+A move must lower the higher load of its pair and must not raise the cluster's max/mean (work
+moved to a stronger broker costs less usage there, so the mean falls with it);
 a bundle is never sent back to the broker a move of ours took it from (ping-pong), and under
 placement policies only to a broker its policies allow (``PolicyMoves``).
 """
@@ -81,6 +82,8 @@ class MoveSearch:
         self.model, self.spread, self.target_ratio = model, spread, target_ratio
         self.destinations, self.min_gain = destinations, min_gain
         self.came_from, self.moves = came_from, moves
+        self._top: list[tuple[float, str]] = []
+        self._ratio = 0.0
 
     def best(self, s: str, cands: Candidates) -> tuple[Candidate, str] | None:
         """The best (bundle, destination) off ``s``, or ``None`` when no move lowers it."""
@@ -88,6 +91,9 @@ class MoveSearch:
             return None
         best: tuple[Candidate, str] | None = None
         best_key: tuple | None = None
+        loads = self.spread.loads
+        self._top = sorted(((v, b) for b, v in loads.items()), reverse=True)[:3]
+        self._ratio = self._top[0][0] / self.spread.mean if self.spread.mean > 0 else 0.0
         for d in self._destinations(s):
             for c in self._window(s, d, cands):
                 key = self._key(s, d, c)
@@ -132,9 +138,12 @@ class MoveSearch:
         load_d = self.model.load_if_added(d, c.load)
         if max(load_s, load_d) >= self.spread.loads[s] - self.min_gain:
             return None
+        mean, squares = self.spread.after(s, load_s, d, load_d)
+        rest = next((v for v, b in self._top if b != s and b != d), 0.0)
+        if mean <= 0 or max(load_s, load_d, rest) / mean > self._ratio:
+            return None  # the cluster's max/mean would rise (the mean falls on a strong broker)
         if self.moves is not None and not self.moves.allows(c.bundle, s, d):
             return None
-        mean, squares = self.spread.after(s, load_s, d, load_d)
         target = mean * self.target_ratio
         excess = max(load_s - target, 0.0) + max(load_d - target, 0.0)
         st = c.stats

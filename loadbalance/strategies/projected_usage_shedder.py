@@ -17,9 +17,10 @@ as few bundles as it can:
   (``loadBalancerBrokerOverloadedThresholdPercentage``), and the spread is more than
   ``min_spread`` (noise guard); a cluster inside the band is left alone however uneven inside
   it, and an idle broker alone is no reason to move anything;
-* once it acts it aims **inside** the band, at the band less ``band_margin`` (1.06 x mean), so
-  report noise does not tip the cluster straight back out; it stops when every broker is at or
-  under that target, or no move helps;
+* it sheds from each broker above the band and aims it **inside** the band, at the band less
+  ``band_margin`` (1.06 x mean), so report noise does not tip it straight back out; a broker
+  between the target and the band that is not already shedding is left alone (moving it buys
+  nothing the band does not); it stops when no broker is left to shed, or no move helps;
 * each move is chosen by its effect on the **whole cluster** (``move_search``): the bundle and
   destination that settle the busiest broker in one move with the least traffic cut over, else
   that leave the least excess above the target (then the flattest cluster), projected with
@@ -181,12 +182,15 @@ class ProjectedUsageShedder:
         counts = {b: len(view.brokers[b].report.bundles) for b in loads}
         held: Mapping[str, object] = view.in_flight
         cands: dict[str, Candidates] = {}
+        band = config.load_balancer_balanced_max_over_mean
         stuck = _splitting_excess(view, model, band_mean * ratio, now_ms)
+        acting: set[str] = set()
         out: list[Decision] = []
         while len(out) < budget:
-            s = _busiest_above(loads, spread.mean * ratio, stuck)
+            s = _next_source(loads, spread.mean, (band, ratio), acting, stuck)
             if s is None:
                 break
+            acting.add(s)
             if s not in cands:
                 cands[s] = movable(view, s, held)
             found = self._choose(search, s, cands[s], counts[s], config)
@@ -287,10 +291,27 @@ class ProjectedUsageShedder:
         )
 
 
-def _busiest_above(loads: Mapping[str, float], target: float, stuck: set[str]) -> str | None:
-    """The busiest broker above ``target`` and not stuck, by (load, name); ``None`` if none."""
-    top = max(((v, b) for b, v in loads.items() if b not in stuck), default=None)
-    return None if top is None or top[0] <= target else top[1]
+def _next_source(
+    loads: Mapping[str, float],
+    mean: float,
+    ratios: tuple[float, float],
+    acting: set[str],
+    stuck: set[str],
+) -> str | None:
+    """The busiest broker, by (load, name), that is above the band (``ratios[0]`` x ``mean``),
+    or one the plan already sheds from that is still above the target (``ratios[1]``): a broker
+    inside the band is never a source for being short of the target, but one the plan acts on
+    is taken inside it. ``None`` if none is left (stuck brokers are skipped)."""
+    band, target = ratios
+    top = max(
+        (
+            (v, b)
+            for b, v in loads.items()
+            if b not in stuck and (v > mean * band or (b in acting and v > mean * target))
+        ),
+        default=None,
+    )
+    return None if top is None else top[1]
 
 
 def _splitting_excess(view: ClusterView, model: UsageModel, high: float, now_ms: int) -> set[str]:
