@@ -64,6 +64,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -113,7 +114,7 @@ _FETCH_BYTES = 64 * 1024 * 1024
 """librdkafka's per-partition and per-request fetch sizes, unless the client config sets them:
 at the default 1 MB per partition a reader gets one report per round trip (a third slower)."""
 # librdkafka timestamp types -> Kafka's TimestampType ids, as the built-in source reports them
-_TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
+_TIMESTAMP_TYPE = MappingProxyType({0: -1, 1: 0, 2: 1})
 
 DEFAULT_MAX_BYTES_PER_TRIGGER = 1024 * 1024 * 1024
 """Record bytes a micro-batch may read when no ``maxOffsetsPerTrigger`` is given (a bound: the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +26,9 @@ __all__ = ["builtin_kafka_available", "read_kafka_stream", "resolve_source"]
 log = logging.getLogger(__name__)
 
 BUILTIN_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-CONNECTOR_CLIENT_DEFAULTS = {"request.timeout.ms": "10000", "default.api.timeout.ms": "15000"}
+CONNECTOR_CLIENT_DEFAULTS = MappingProxyType(
+    {"request.timeout.ms": "10000", "default.api.timeout.ms": "15000"}
+)
 """The connector's Java clients' timeouts unless the caller sets them. Why: Spark asks each
 partition's leader for the latest offsets through an AdminClient call aimed at the leader it
 read from the metadata; after a leader crashes that call waits for the dead node until

@@ -20,7 +20,7 @@ from loadbalance.view import ReportDigest
 if TYPE_CHECKING:
     from streaming.decoded_shards import Made
 
-DEFAULT_SUMS = np.array(astuple(TimeAverageBrokerData.of([BundleData.new()])))
+DEFAULT_SUMS = tuple(astuple(TimeAverageBrokerData.of([BundleData.new()])))
 """A bundle without data in ``TimeAverageBrokerData`` order (``build_view``'s default)."""
 
 

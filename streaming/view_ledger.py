@@ -32,7 +32,7 @@ from streaming.view_mappings import report_from_doc
 
 log = logging.getLogger("streaming.view_ledger")
 
-EMPTY_RECORD = ShardState().to_bytes()
+EMPTY_RECORD = bytes(ShardState().to_bytes())
 """The whole record of a shard without bundles (what a delta without its record applies to)."""
 
 BrokerRow = tuple[dict[str, Any], float, float, int, float]
