@@ -351,12 +351,14 @@ def wait_for_query(
     Why wait: the simulator runs the scenario at seconds per cycle, while the job's JVM and
     query take ten seconds or more to start; cycles played meanwhile reach the job as one first
     batch, which decides on many cycles' reports at once where the model decides after each
-    (docs/scoreboard.md, paced mode). Spark writes ``<checkpoint>/metadata`` when it creates
-    the query, before any batch (a resumed checkpoint has it already: no wait)."""
+    (docs/scoreboard.md, paced mode). So the simulator is held until the job's first batch
+    has been read and committed (``<checkpoint>/commits/<id>``): Spark runs it as soon as the
+    query starts, with no report yet, and it carries the job's warm-up, so cycle 0 reaches the
+    next batch alone (a resumed checkpoint has commits already: no wait)."""
     started = time.monotonic()
-    marker = checkpoint / "metadata"
+    commits = checkpoint / "commits"
     while True:
-        if marker.exists():
+        if commits.is_dir() and any(f.name.isdigit() for f in commits.iterdir()):
             return time.monotonic() - started
         if proc.poll() is not None or time.monotonic() - started >= limit_s:
             return None

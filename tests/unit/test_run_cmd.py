@@ -73,7 +73,7 @@ class _Proc:
 
 
 def test_the_simulator_waits_for_the_query_to_start(tmp_path) -> None:
-    """``wait_for_query`` returns once Spark has written the checkpoint's metadata, and gives up
+    """``wait_for_query`` returns once Spark has committed the job's first batch, and gives up
     (None) when the job ends, a stop is asked for, or the limit passes."""
     import threading
     import time
@@ -81,7 +81,10 @@ def test_the_simulator_waits_for_the_query_to_start(tmp_path) -> None:
     from lbctl.run_cmd import wait_for_query
 
     proc, stop = _Proc(), threading.Event()
-    timer = threading.Timer(0.3, lambda: (tmp_path / "metadata").write_text("{}"))
+    (tmp_path / "metadata").write_text("{}")  # the query started: not enough
+    (tmp_path / "commits").mkdir()
+
+    timer = threading.Timer(0.3, lambda: (tmp_path / "commits" / "0").write_text("v1"))
     timer.start()
     took = wait_for_query(tmp_path, proc, stop, limit_s=10, poll_s=0.02)
     timer.join()
