@@ -34,7 +34,7 @@ How it is split (each part owns its caches, so a test makes a ``DriverView`` and
 * ``GcPause`` (``streaming.gc_pause``): the collector's pause and freeze counts of this view.
 
 The policy cycle's place and order (``streaming.decide.DecisionStage``): one cycle runs per due
-batch, on the batch's own thread, through one method (``_complete_pending_cycle``), exactly once
+batch, on the batch's own thread, through one method (``_complete_cycle``), exactly once
 per commit that says ``cycle_pending``:
 
 1. the batch's rows are collected (Spark runs the plan; the view is not touched);
