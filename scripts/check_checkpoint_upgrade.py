@@ -1,9 +1,9 @@
 """Check that this checkout's streaming job continues a checkpoint written by another version.
 
-The state step's store layout can change between versions (where a shard's record and its
-deltas are kept, and in which encoding); a new version must read what an older one stored and
-carry on with the same averages. This runs the real pipeline on embedded Apache Kafka, Redis
-and Spark ``local[2]``:
+The state step reads one store layout (``streaming/shard_store.py``); a new version either
+carries on over an older one's checkpoint with the same averages, or refuses it with one line
+when the older one stored another layout (docs/deploy.md, "Upgrading a checkpoint"). This tells
+which, running the real pipeline on embedded Apache Kafka, Redis and Spark ``local[2]``:
 
 1. the older version (``--old``, a git revision, checked out in a temporary worktree) reads
    the first half of a generated report stream in small batches, so its shards hold a whole
@@ -12,7 +12,8 @@ and Spark ``local[2]``:
 3. this checkout reads the whole stream into a new checkpoint (the reference);
 
 and compares every shard record in the two load snapshots, byte for byte. Exit status 0 when
-they are equal, 1 when not, 2 when a run did not finish. It takes a few minutes; it is a tool for
+they are equal, 3 when this checkout refused the older checkpoint (upgrade with a new one), 1
+when the records differ, 2 when a run did not finish. It takes a few minutes; it is a tool for
 a change of the state layout, not part of the test suite.
 
 Run: ``.venv/bin/python scripts/check_checkpoint_upgrade.py --old <revision>``
@@ -121,6 +122,17 @@ def run_job(
     return n
 
 
+def refused(checkpoint: Path) -> str | None:
+    """The state step's one-line refusal of an older layout, if this checkout's run logged it
+    (``streaming.shard_store.OlderStateLayout``)."""
+    log_path = checkpoint.parent / f"{checkpoint.name}-{ROOT.name}.log"
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    for line in text.splitlines():
+        if "OlderStateLayout" in line and "older layout" in line:
+            return line[max(line.find("the checkpoint's state"), 0) :].strip()
+    return None
+
+
 def shard_records(redis_url: str, prefix: str) -> tuple[dict[str, bytes], list[str]]:
     """Every shard of the load snapshot, whole record and deltas merged; and the fields."""
     import redis
@@ -168,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             after = run_job(
                 ROOT, services, topic, "upgraded", work / "upgraded", done + args.rounds
             )
+            refusal = refused(work / "upgraded")
+            if refusal:
+                print(f"this checkout refuses the checkpoint: {refusal}")
+                return 3
             print("3. this checkout reads everything into a new checkpoint", flush=True)
             ref = run_job(ROOT, services, topic, "reference", work / "reference", 2 * args.rounds)
             if done < args.rounds or after < done + args.rounds or ref < 2 * args.rounds:

@@ -5,23 +5,19 @@ round trips and a Python call, so there are few keys and the work inside a key i
 
 * ``s:<shard>`` (``crc32(bundle) % n_shards``; with a salt, ``s:<shard>.<salt>``, that deals the
   shards out evenly over the state partitions: ``streaming.state_keys``; its output is named
-  ``s:<shard>`` either way): the shard as a value state ``shard_text``
-  holding a whole ``streaming.shard_state.ShardState`` record (per bundle the short- (10) and
-  long-term (1000 samples) ``TimeAverageMessageData``, the last sample, its reporting broker and
-  the event time it was seen), a map state ``shard_deltas`` of the delta records written since
-  (number 1, 2, ... -> record) and a value ``shard_tag`` naming the record and every delta: each
-  batch adds the record of the bundles it changed, and the whole record is written again (the
-  deltas cleared) when ``shard_state.compaction_due`` says the deltas have grown to about the
-  record's size or number (in a batch picked so that shards do not all do it at once), for a new
-  shard, or when bundles expired. Why a map and not a list: a worker that missed
-  a delta reads that entry alone, where a list is read whole (the state server copies every
-  value it returns byte by byte, and at a million bundles the list of a shard is megabytes).
-  Records are stored as base64 text (``_text``: why). A store written by the layout before keeps
-  a binary record in ``shard`` and its deltas in the list state ``shard_delta``, read once and
-  replaced by the shard's next whole record. Why deltas: with a million bundles each batch
-  changes about a sixth of every shard, and storing and shipping every whole shard in every
-  batch was most of a batch's time. State is keyed by bundle, not by broker, so it survives an
-  ownership change.
+  ``s:<shard>`` either way): the shard's whole ``streaming.shard_state.ShardState`` record (per
+  bundle the short- (10) and long-term (1000 samples) ``TimeAverageMessageData``, the last
+  sample, its reporting broker and the event time it was seen), the delta records written
+  since, and a tag naming them, stored as ``streaming.shard_store`` lays them out (the one
+  layout; a checkpoint of an older one is refused with one line). Each batch adds the record of
+  the bundles it changed, and the whole record is written again (the deltas cleared) when
+  ``shard_state.compaction_due`` says the deltas have grown to about the record's size or
+  number (in a batch picked so that shards do not all do it at once), for a new shard, or when
+  bundles expired. Why deltas: with a million bundles each batch changes about a sixth of every
+  shard, and storing and shipping every whole shard in every batch was most of a batch's time.
+  Each Python worker keeps the shards it wrote (``streaming.shard_cache``), used only while the
+  stored tag says the store holds them. State is keyed by bundle, not by broker, so it survives
+  an ownership change.
   A bundle with no sample for ``bundle_ttl_ms`` of event time (measured against the newest
   sample of its shard) is dropped: that is how the parent of a split or the halves of a merge
   leave the state, since their names stop appearing in reports. (The decision stage leaves out
@@ -59,9 +55,7 @@ broker clocks in sync.
 
 from __future__ import annotations
 
-import binascii
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,30 +84,11 @@ from streaming.schema import (
     SHARD_PREFIX,
     frame,
 )
+from streaming.shard_cache import WORKER_SHARD_CACHE, Checkout, ShardCache
 from streaming.shard_state import ShardState, compaction_due, split_samples
+from streaming.shard_store import ShardStore, tag_parts
 from streaming.state_keys import shard_name, shard_number
 
-SHARD_STATE_SCHEMA = "blob binary"
-SHARD_DELTAS_KEY_SCHEMA = "k int"  # the delta's number after the whole record, from 1
-SHARD_DELTAS_SCHEMA = "blob string"  # the record as base64 text (``_text``)
-SHARD_TEXT_SCHEMA = "blob string"  # the whole record as base64 text
-SHARD_DELTA_SCHEMA = "blob binary, tag string"  # an older layout's list of deltas (read only)
-_TAG_LAYOUT = "m"  # tags of the map layout start with it (``_tag``)
-SHARD_TAG_SCHEMA = "tag string"
-
-_SHARD_CACHE: dict[str, tuple[str, ShardState]] = {}
-"""shard key -> (tag, the state written with that tag), per Python worker process.
-
-Why: reading a shard's whole record and its deltas back from the state server is a copy of
-hundreds of KB or more, once per shard per batch, and Spark reuses the Python worker across
-micro-batches. The store keeps, beside each shard, a small value ``shard_tag`` (the ids of the
-whole record and of each delta since, a fresh id per write; ``_tag``); a cached state is
-used only when its tag equals the stored one, or is caught up with the deltas the stored tag
-lists after its own, so a batch that failed or was replayed (the store rolled back to an older
-tag), another worker having written a new whole record, or a restarted worker all read the
-store. An entry is taken out of the cache before
-its state is changed and put back only after the state is written, so the cache never holds a
-state the store may not have."""
 BROKER_STATE_SCHEMA = (
     "history_usage double, msg_throughput_ema double, event_ms bigint, timer_ms bigint"
 )
@@ -127,16 +102,12 @@ class LoadStateProcessor(StatefulProcessor):
         self.history_percentage = float(history_percentage)
         self.report_timeout_ms = int(report_timeout_ms)
         self.bundle_ttl_ms = int(bundle_ttl_ms)
+        self.cache: ShardCache | None = None
+        """The shard cache; None: this worker process's (``WORKER_SHARD_CACHE``)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.shard_text = handle.getValueState("shard_text", SHARD_TEXT_SCHEMA)
-        self.shard = handle.getValueState("shard", SHARD_STATE_SCHEMA)
-        self.shard_tag = handle.getValueState("shard_tag", SHARD_TAG_SCHEMA)
-        self.shard_deltas = handle.getMapState(
-            "shard_deltas", SHARD_DELTAS_KEY_SCHEMA, SHARD_DELTAS_SCHEMA
-        )
-        self.shard_delta = handle.getListState("shard_delta", SHARD_DELTA_SCHEMA)
+        self.shards = ShardStore(handle)
         self.broker = handle.getValueState("broker", BROKER_STATE_SCHEMA)
         self.broker_weighted_max_ema = handle.getValueState(
             "broker_weighted_max_ema", BROKER_WEIGHTED_MAX_EMA_SCHEMA
@@ -170,7 +141,16 @@ class LoadStateProcessor(StatefulProcessor):
             )
 
     def _samples(self, key_name: str, pdf: pd.DataFrame) -> Iterator[pd.DataFrame]:
-        state, tag = self._load_shard(key_name)
+        cache = WORKER_SHARD_CACHE if self.cache is None else self.cache
+        with cache.checkout(key_name) as slot:
+            out = self._fold(key_name, pdf, slot)
+        if out is not None:
+            yield out
+
+    def _fold(self, key_name: str, pdf: pd.DataFrame, slot: Checkout) -> pd.DataFrame | None:
+        """Fold a shard's samples into its state and store the change; the output row, or None
+        when nothing changed. What ``slot`` keeps is the state as stored."""
+        state, tag = self._load_shard(key_name, slot.cached)
         rows: list[np.ndarray] = []
         values, counts, owners, events = [], [], [], []
         for payload, broker, event_ms in zip(
@@ -193,13 +173,13 @@ class LoadStateProcessor(StatefulProcessor):
         dropped = state.expire(newest_ms - self.bundle_ttl_ms)
         if not len(touched) and not dropped:  # nothing changed: nothing to store or emit
             if tag is not None:
-                _SHARD_CACHE[key_name] = (tag, state)
-            return
+                slot.keep(tag, state)
+            return None
         kind, name, record = self._store(key_name, state, touched, dropped, newest_ms)
         if len(state):
-            _SHARD_CACHE[key_name] = (state.tag, state)
+            slot.keep(state.tag, state)
         # An emptied shard's record holds no bundle, which is how expiry reaches the view.
-        yield frame(
+        return frame(
             OUTPUT_FIELDS,
             1,
             kind=np.array([kind], dtype=object),
@@ -218,16 +198,8 @@ class LoadStateProcessor(StatefulProcessor):
         newest_ms: int,
     ) -> tuple[str, str, bytes]:
         """Store the changed shard: (output kind, its field name, the record stored)."""
-        parts = _tag_parts(state.tag)  # the stored record's id and its deltas' ids
-        if parts is None:
-            # read from an older layout (or new): its record and deltas, if any, are in the
-            # binary value and the list state, and what is written below replaces them
-            self.shard.clear()
-            self.shard_delta.clear()
         if not len(state):
-            self.shard_text.clear()
-            self.shard_deltas.clear()
-            self.shard_tag.clear()
+            self.shards.clear()
             kind, name, record = SHARD, shard_name(key_name), state.to_bytes()
         elif (
             dropped
@@ -241,35 +213,26 @@ class LoadStateProcessor(StatefulProcessor):
             )
         ):
             # the whole record, and no deltas: a new shard, expired bundles (a delta cannot
-            # remove one), deltas about as large as the record, or a shard of an older layout
+            # remove one), or deltas about as large as the record
             record = state.to_bytes()
-            state.stored, state.deltas, state.delta_rows = True, 0, 0
-            state.tag = _tag(uuid.uuid4().hex, [])
-            self.shard_text.update((_text(record),))
-            self.shard_deltas.clear()
-            self.shard_tag.update((state.tag,))
+            self.shards.write_whole(state, record)
             kind, name = SHARD, shard_name(key_name)
         else:
             # only the rows this batch changed: the state store and the driver get a sixth of
             # the shard when a batch holds a sixth of the brokers' reports
-            assert parts is not None  # a stored record of this layout
             record = state.delta_bytes(touched)
-            state.deltas += 1
-            state.delta_rows += len(touched)
-            state.tag = _tag(parts[0], [*parts[1], uuid.uuid4().hex[:16]])
-            self.shard_deltas.updateValue((state.deltas,), (_text(record),))
-            self.shard_tag.update((state.tag,))
+            self.shards.write_delta(state, record, len(touched))
             kind, name = SHARD_DELTA, delta_key(shard_name(key_name), state.deltas)
         return kind, name, record
 
-    def _load_shard(self, key_name: str) -> tuple[ShardState, str | None]:
-        """The shard's state and the stored tag: this worker's cached copy when its tag is the
-        stored one; the cached copy brought up to date with the deltas written since by another
-        worker (same whole record, and the tag's history continues the copy's); else the stored
-        record with its deltas applied."""
-        cached = _SHARD_CACHE.pop(key_name, None)
-        stored_tag = self.shard_tag.get()
-        tag = stored_tag[0] if stored_tag is not None else None
+    def _load_shard(
+        self, key_name: str, cached: tuple[str, ShardState] | None
+    ) -> tuple[ShardState, str | None]:
+        """The shard's state and the stored tag: this worker's ``cached`` copy when its tag is
+        the stored one; the cached copy brought up to date with the deltas written since by
+        another worker (same whole record, and the tag's history continues the copy's); else
+        the stored record with its deltas applied, or a new state when none is stored."""
+        tag = self.shards.stored_tag()
         if cached is not None and tag is not None:
             if cached[0] == tag:
                 return cached[1], tag
@@ -278,30 +241,10 @@ class LoadStateProcessor(StatefulProcessor):
             if state is not None:
                 clock.record("state.catch_up", 1)  # part of state.shard
                 return state, tag
+        if tag is None:
+            return ShardState(), None
         clock = stage_timing.Clock()
-        parts = _tag_parts(tag or "")
-        if parts is None:
-            # none, or written by an older layout (a binary record, deltas in a list): read
-            # once; the next change writes the whole record in this layout (``_store``)
-            stored = self.shard.get()
-            if stored:
-                entries = [bytes(e[0]) for e in self.shard_delta.get()]
-                state = ShardState.from_bytes(bytes(stored[0]), entries)
-                state.stored = False
-                state.tag = tag or ""
-            else:
-                state = ShardState()
-        else:
-            stored = self.shard_text.get()
-            deltas = sorted((int(k[0]), _bytes(v[0])) for k, v in self.shard_deltas.iterator())
-            if not stored or [k for k, _ in deltas] != list(range(1, len(parts[1]) + 1)):
-                raise RuntimeError(
-                    f"state of {key_name}: tag {tag} names a record and {len(parts[1])} delta "
-                    f"records, the store holds {'a' if stored else 'no'} record and deltas "
-                    f"{[k for k, _ in deltas]}"
-                )
-            state = ShardState.from_bytes(_bytes(stored[0]), [d for _, d in deltas])
-            state.tag = tag or ""
+        state = self.shards.read(key_name, tag)
         clock.record("state.blob_read", 1)  # a cache miss (part of state.shard)
         return state, tag
 
@@ -316,7 +259,7 @@ class LoadStateProcessor(StatefulProcessor):
         continues the copy's history is known from the tag alone, and only the deltas the copy
         lacks are read, each by its number: what crosses from the state server is what the
         other worker wrote, not the whole list."""
-        parts, mine = _tag_parts(tag), _tag_parts(state.tag)
+        parts, mine = tag_parts(tag), tag_parts(state.tag)
         if parts is None or mine is None:
             return None
         (base, chain), (my_base, my_chain) = parts, mine
@@ -325,10 +268,10 @@ class LoadStateProcessor(StatefulProcessor):
             return None
         missing = []
         for k in range(have + 1, len(chain) + 1):
-            got = self.shard_deltas.getValue((k,))
+            got = self.shards.delta(k)
             if got is None:
                 return None
-            missing.append(_bytes(got[0]))
+            missing.append(got)
         state.add_deltas(missing)
         state.tag = tag
         return state
@@ -416,40 +359,6 @@ def with_batch_issues(payloads: list[bytes]) -> str:
     doc = json.loads(last)
     doc[ISSUES_FIELD] = total
     return json.dumps(doc)
-
-
-def _text(record: bytes) -> str:
-    """A record as the state store keeps it: base64 text.
-
-    Why text: the state server hands every value back to Python through a pickler that turns
-    binary into a bytearray by building a string one byte at a time and encoding it as UTF-8,
-    tens of nanoseconds per byte, and at a million bundles a worker reads back megabytes of
-    records per batch; ASCII text crosses as a plain copy, and base64 costs about a
-    nanosecond per byte each way (a third more bytes stored)."""
-    return binascii.b2a_base64(record, newline=False).decode("ascii")
-
-
-def _bytes(text: str) -> bytes:
-    """The record of ``_text``."""
-    return binascii.a2b_base64(text)
-
-
-def _tag(base_id: str, deltas: list[str]) -> str:
-    """A shard's stored tag: its whole record's id and the id of every delta record written
-    after it, in order (each write adds a fresh id, so a tag names one write and its history,
-    even of a batch replayed after the store rolled back)."""
-    return f"{_TAG_LAYOUT}:{base_id}:{len(deltas)}:{'.'.join(deltas)}"
-
-
-def _tag_parts(tag: str) -> tuple[str, list[str]] | None:
-    """(whole record's id, ids of the deltas after it) of a tag of this layout (deltas in the
-    map state ``shard_deltas``); None for any other string: a tag of an older layout, whose
-    deltas are in the list state ``shard_delta``, or none."""
-    parts = tag.split(":")
-    if len(parts) != 4 or parts[0] != _TAG_LAYOUT or not parts[2].isdigit():
-        return None
-    deltas = parts[3].split(".") if parts[3] else []
-    return (parts[1], deltas) if len(deltas) == int(parts[2]) else None
 
 
 def broker_row(

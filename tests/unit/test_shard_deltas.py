@@ -23,10 +23,10 @@ from metadata_store.load_snapshot import (
     merged_shards,
     split_field,
 )
-from streaming import state as state_mod
 from streaming.decoded_shards import Made
 from streaming.driver_view import DriverView
 from streaming.schema import OUTPUT_FIELDS, PARSED_FIELDS, SAMPLES, SHARD, SHARD_DELTA, frame
+from streaming.shard_cache import WORKER_SHARD_CACHE
 from streaming.shard_state import (
     COMPACTION_ODDS,
     MAX_DELTA_ROWS,
@@ -44,9 +44,9 @@ TTL_MS = 9_000
 
 @pytest.fixture(autouse=True)
 def _empty_cache():
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
     yield
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
 
 
 def _batch(key: str, rng: np.random.Generator, names: list[str], event_ms: int) -> pd.DataFrame:
@@ -110,7 +110,7 @@ def test_store_view_and_snapshot_rebuild_the_state_steps_shards_bit_for_bit():
         seeded = DriverView.from_snapshot({}, fields)
         seeded.shards.decode(seeded.ledger.records())
         for k in keys:
-            cached = state_mod._SHARD_CACHE[k][1]
+            cached = WORKER_SHARD_CACHE.peek(k)[1]
             want = cached.to_bytes()
             assert handles[k].stored().to_bytes() == want, f"store, batch {batch}"
             assert encode_bundle_shard(merged[k]) == want, f"snapshot, batch {batch}"
@@ -119,7 +119,7 @@ def test_store_view_and_snapshot_rebuild_the_state_steps_shards_bit_for_bit():
         view.shards.decode(view.ledger.records())
         for k in keys:
             made = view.shards.made[k]
-            assert made.state.to_bytes() == state_mod._SHARD_CACHE[k][1].to_bytes()
+            assert made.state.to_bytes() == WORKER_SHARD_CACHE.peek(k)[1].to_bytes()
             # values made before and kept are those of the current rows (last samples made
             # alone included: they are what ``make`` gives for the same rows)
             fresh = Made(made.blob, made.state)
@@ -129,7 +129,7 @@ def test_store_view_and_snapshot_rebuild_the_state_steps_shards_bit_for_bit():
             # the next decode keeps the unchanged: half whole, half their last samples alone
             made.make(list(range(0, len(made.state), 2)))
             made.make_stats(list(range(1, len(made.state), 2)))
-        assert len(view) == sum(len(state_mod._SHARD_CACHE[k][1]) for k in keys)
+        assert len(view) == sum(len(WORKER_SHARD_CACHE.peek(k)[1]) for k in keys)
     # both layouts were exercised: deltas, and whole records after the first (compaction, expiry)
     assert kinds.count(SHARD_DELTA) > 100 and kinds.count(SHARD) > 3 * len(keys)
 

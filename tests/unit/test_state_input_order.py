@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streaming import state as state_mod
 from streaming.schema import BROKER_PREFIX, PARSED_FIELDS, REPORT, SAMPLES, frame
+from streaming.shard_cache import WORKER_SHARD_CACHE
 from streaming.shard_state import pack_samples
 from streaming.state import LoadStateProcessor
 from tests.unit.test_state_shard_cache import FakeHandle
@@ -35,9 +35,9 @@ class TimedHandle(FakeHandle):
 
 @pytest.fixture(autouse=True)
 def _empty_cache():
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
     yield
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
 
 
 def _rows(kind: str, key: str, reports: list[tuple[str, int, int, int, float]]) -> pd.DataFrame:

@@ -10,9 +10,9 @@ import pytest
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.view import UsageWeights
 from metadata_store.load_snapshot import delta_key
-from streaming import state as state_mod
 from streaming.parse import ParseSettings
 from streaming.schema import SHARD, SHARD_DELTA
+from streaming.shard_cache import WORKER_SHARD_CACHE
 from streaming.state import LoadStateProcessor
 from streaming.state_keys import (
     shard_keys,
@@ -40,9 +40,9 @@ SPARK_HASHES = {
 
 @pytest.fixture(autouse=True)
 def _empty_cache():
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
     yield
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
 
 
 def test_the_hash_is_sparks():

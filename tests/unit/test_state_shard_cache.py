@@ -1,4 +1,4 @@
-"""The state step's per-worker shard cache (``streaming.state._SHARD_CACHE``).
+"""The state step's per-worker shard cache (``streaming.shard_cache``) and the one store layout.
 
 Unit test with an in-memory stand-in for Spark's state handle (the real state server is
 exercised by the Spark tests); what matters here is when the cache may be trusted.
@@ -10,10 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streaming import state as state_mod
 from streaming.schema import PARSED_FIELDS, SAMPLES, frame
+from streaming.shard_cache import WORKER_SHARD_CACHE, ShardCache
 from streaming.shard_state import ShardState, pack_samples
-from streaming.state import LoadStateProcessor, _bytes
+from streaming.shard_store import OlderStateLayout
+from streaming.shard_store import from_text as _bytes
+from streaming.state import LoadStateProcessor
 
 NAMES = ["t/ns/0x00000000_0x80000000", "t/ns/0x80000000_0xffffffff"]
 MANY = [f"t/ns/0x{i:08x}_0x{i + 1:08x}" for i in range(40)]
@@ -132,9 +134,9 @@ def _run(
 
 @pytest.fixture(autouse=True)
 def _empty_cache():
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
     yield
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
 
 
 def _processor(handle: FakeHandle) -> LoadStateProcessor:
@@ -151,11 +153,11 @@ def test_a_cached_shard_skips_the_blob_read_and_gives_the_same_averages():
     reads = blob.gets
     cached = _run(proc, 20.0, 2_000)
     assert blob.gets == reads, "the blob was read although the tag matched"
-    state_mod._SHARD_CACHE.clear()  # the same two batches without the cache
+    WORKER_SHARD_CACHE.clear()  # the same two batches without the cache
     other = FakeHandle()
     proc2 = _processor(other)
     _run(proc2, 10.0, 1_000)
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
     fresh = _run(proc2, 20.0, 2_000)
     assert other.values["shard_text"].gets > 0
     assert cached.to_bytes() == fresh.to_bytes()
@@ -178,38 +180,39 @@ def test_the_cache_entry_leaves_before_the_state_changes():
     handle = FakeHandle()
     proc = _processor(handle)
     _run(proc, 10.0, 1_000)
-    assert "s:0" in state_mod._SHARD_CACHE
+    assert "s:0" in WORKER_SHARD_CACHE
     bad = _samples(20.0, 2_000)
     bad.loc[0, "payload"] = b"not a sample block"
     with pytest.raises(ValueError):
         list(proc.handleInputRows(("s:0",), iter([bad]), None))
-    assert "s:0" not in state_mod._SHARD_CACHE
+    assert "s:0" not in WORKER_SHARD_CACHE
 
 
-def _two_workers() -> tuple[list[str], FakeHandle, LoadStateProcessor, dict, dict]:
+def _two_workers() -> tuple[list[str], FakeHandle, LoadStateProcessor, ShardCache, ShardCache]:
     """Forty bundles, one store, its processor, and the shard caches of two Python workers."""
     handle = FakeHandle()
-    return MANY, handle, _processor(handle), {}, {}
+    return MANY, handle, _processor(handle), ShardCache(), ShardCache()
 
 
 def _as_worker(
-    cache: dict, proc: LoadStateProcessor, rate: float, event_ms: int, names: list[str] = NAMES
+    cache: ShardCache,
+    proc: LoadStateProcessor,
+    rate: float,
+    event_ms: int,
+    names: list[str] = NAMES,
 ) -> ShardState:
     """A batch run by one of several Python workers: each has its own shard cache."""
-    state_mod._SHARD_CACHE.clear()
-    state_mod._SHARD_CACHE.update(cache)
+    proc.cache = cache
     try:
         return _run(proc, rate, event_ms, names)
     finally:
-        cache.clear()
-        cache.update(state_mod._SHARD_CACHE)
+        proc.cache = None
 
 
 def test_a_worker_one_batch_behind_applies_the_deltas_since_instead_of_reading_the_record():
     handle = FakeHandle()
     proc = _processor(handle)
-    a: dict = {}
-    b: dict = {}
+    a, b = ShardCache(), ShardCache()
     _as_worker(a, proc, 10.0, 1_000)  # the whole record
     _as_worker(b, proc, 20.0, 2_000)  # b reads the store; a delta
     reads = handle.values["shard_text"].gets
@@ -220,7 +223,7 @@ def test_a_worker_one_batch_behind_applies_the_deltas_since_instead_of_reading_t
     for rate, t in ((10.0, 1_000), (20.0, 2_000), (30.0, 3_000)):
         expected = _run(proc2, rate, t)
     assert caught_up.to_bytes() == expected.to_bytes()
-    assert a["s:0"][1].to_bytes() == expected.to_bytes()
+    assert a.peek("s:0")[1].to_bytes() == expected.to_bytes()
 
 
 def test_a_worker_several_batches_behind_applies_every_delta_it_missed():
@@ -237,13 +240,13 @@ def test_a_worker_several_batches_behind_applies_every_delta_it_missed():
     assert len(handle.deltas) == 4
     straight = FakeHandle()
     proc2 = _processor(straight)
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
     for rate, t, part in [(10.0, 1_000, many), *batches, (30.0, 3_000, many[20:22])]:
         expected = _run(proc2, rate, t, part)
     assert caught_up.to_bytes() == expected.to_bytes()
     # the worker's own copy counts the deltas since the record as the writer's copy does (the
     # count decides when the whole record is written again)
-    mine, writers = a["s:0"][1], state_mod._SHARD_CACHE["s:0"][1]
+    mine, writers = a.peek("s:0")[1], WORKER_SHARD_CACHE.peek("s:0")[1]
     assert mine.to_bytes() == writers.to_bytes()
     assert (mine.deltas, mine.delta_rows) == (writers.deltas, writers.delta_rows) == (4, 11)
 
@@ -251,8 +254,7 @@ def test_a_worker_several_batches_behind_applies_every_delta_it_missed():
 def test_a_cached_copy_the_store_rolled_back_past_is_not_caught_up():
     handle = FakeHandle()
     proc = _processor(handle)
-    a: dict = {}
-    b: dict = {}
+    a, b = ShardCache(), ShardCache()
     _as_worker(a, proc, 10.0, 1_000)
     point = handle.commit_point()
     _as_worker(a, proc, 20.0, 2_000)  # a's copy holds this batch, whose commit then fails
@@ -293,58 +295,50 @@ def test_a_cached_copy_of_an_older_whole_record_is_not_caught_up():
     assert got.names == many[:4]
 
 
-def _old_store(handle: FakeHandle, layout: str) -> tuple[list[str], ShardState]:
-    """A store as an older layout left it: ``plain``, before delta records (the whole record
-    and a plain uuid tag); ``list``, deltas in the list state ``shard_delta`` (tags
-    ``<record id>:<deltas>:<uuid>``). Returns the bundle names and the state it holds."""
-    many = MANY
-    old = ShardState()
-    old.apply(many, np.full((40, 4), 5.0), np.ones((40, 3), dtype=np.int64), ["b0"] * 40,
-              np.full(40, 500))  # fmt: skip
-    handle.values["shard"].value = (old.to_bytes(),)
-    if layout == "plain":
-        handle.values["shard_tag"].value = ("0123456789abcdef0123456789abcdef",)
-        return many, old
-    base = "0123456789abcdef0123456789abcdef"
-    for k, part in ((1, many[:3]), (2, many[2:6])):
-        old.apply(part, np.full((len(part), 4), 7.0 * k),
-                  np.ones((len(part), 3), dtype=np.int64), ["b2"] * len(part),
-                  np.full(len(part), 600 + k))  # fmt: skip
-        tag = f"{base}:{k}:{k:032x}"
-        handle.lists["shard_delta"].items.append(
-            (old.delta_bytes(np.array([many.index(n) for n in part])), tag)
-        )
-    handle.values["shard_tag"].value = (tag,)
-    return many, old
-
-
-@pytest.mark.parametrize("layout", ["plain", "list"])
-def test_a_store_of_an_older_layout_is_read_and_continued_in_this_one(layout):
-    """The step reads the older store (binary record and listed deltas), writes its first
-    change as a whole record of this layout (text; the older values cleared), then deltas in
-    the map; a worker without
-    the cache reads that back, and the averages are those of every sample in order."""
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "0123456789abcdef0123456789abcdef",  # a plain id: the binary record alone
+        "0123456789abcdef0123456789abcdef:2:" + "2" * 32,  # deltas in a list state
+    ],
+)
+def test_a_store_of_an_older_layout_is_refused_with_one_line(tag):
+    """A tag that is not of this layout is refused when the shard is first read, by a worker
+    with or without a copy: one line naming the shard and the upgrade step, and nothing
+    written or cached."""
     handle = FakeHandle()
     proc = _processor(handle)
-    many, old = _old_store(handle, layout)
-    a: dict = {}
-    b: dict = {}
-    _as_worker(a, proc, 10.0, 1_000, many[:4])
-    assert handle.lists["shard_delta"].items == [] and handle.deltas == []
-    assert handle.values["shard"].value is None  # the binary record went with the list
-    _as_worker(a, proc, 20.0, 2_000, many[4:8])
-    assert len(handle.deltas) == 1  # a delta after the new whole record
-    got = _as_worker(b, proc, 30.0, 3_000, many[:2])
-    want = old.copy()
-    for rate, t, part in (
-        (10.0, 1_000, many[:4]),
-        (20.0, 2_000, many[4:8]),
-        (30.0, 3_000, many[:2]),
-    ):
-        want.apply(part, np.full((len(part), 4), rate), np.ones((len(part), 3), dtype=np.int64),
-                   ["b1"] * len(part), np.full(len(part), t))  # fmt: skip
-    assert got.to_bytes() == want.to_bytes()
-    assert handle.stored().to_bytes() == want.to_bytes()
+    _run(proc, 10.0, 1_000)  # a copy in this worker's cache, at a tag of this layout
+    handle.values["shard_tag"].value = (tag,)  # the store holds another layout's tag
+    text = handle.values["shard_text"].value
+    with pytest.raises(OlderStateLayout) as refused:
+        _run(proc, 20.0, 2_000)
+    message = str(refused.value)
+    assert "\n" not in message and "s:0" in message and "Upgrading a checkpoint" in message
+    assert handle.values["shard_text"].value == text and handle.deltas == []
+    assert "s:0" not in WORKER_SHARD_CACHE
+
+
+def test_a_checked_out_shard_goes_back_only_when_kept_and_the_block_ends_normally():
+    cache = ShardCache()
+    state = ShardState()
+    with cache.checkout("s:1") as slot:
+        assert slot.cached is None
+        with pytest.raises(RuntimeError, match="checked out already"), cache.checkout("s:1"):
+            pass
+        slot.keep("m:a:0:", state)
+        assert "s:1" not in cache  # out for the whole block
+    assert cache.peek("s:1") == ("m:a:0:", state)
+    with pytest.raises(ValueError), cache.checkout("s:1") as slot:
+        assert slot.cached == ("m:a:0:", state)
+        slot.keep("m:b:0:", state)
+        raise ValueError("the write failed")
+    assert "s:1" not in cache  # neither the old copy nor the one kept before the failure
+    with cache.checkout("s:1") as slot:
+        pass  # nothing kept: nothing goes back
+    assert "s:1" not in cache
+    with pytest.raises(RuntimeError, match="too late"):
+        slot.keep("m:c:0:", state)
 
 
 def test_a_worker_reads_only_the_deltas_it_missed():
@@ -362,11 +356,11 @@ def test_a_worker_reads_only_the_deltas_it_missed():
     assert len(handle.deltas) == 6
     straight = FakeHandle()
     proc2 = _processor(straight)
-    state_mod._SHARD_CACHE.clear()
+    WORKER_SHARD_CACHE.clear()
     for rate, t, part in (
         [(10.0, 1_000, many)]
         + [(11.0 + k, 1_100 + k, many[k : k + 2]) for k in range(4)]
         + [(20.0, 2_000, many[10:12]), (30.0, 3_000, many[12:14])]
     ):
         expected = _run(proc2, rate, t, part)
-    assert a["s:0"][1].to_bytes() == expected.to_bytes()
+    assert a.peek("s:0")[1].to_bytes() == expected.to_bytes()
