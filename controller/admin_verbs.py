@@ -1,6 +1,7 @@
 """The verbs a Pulsar operator types from habit, with pulsar-admin's flags and meanings.
 
-``lbctl namespaces create|split-bundle|unload``, ``lbctl brokers list [CLUSTER]`` and
+``lbctl namespaces create|split-bundle|unload``, ``lbctl brokers list [CLUSTER]``,
+``lbctl brokers leader-broker`` (the decider and the controllers) and
 ``lbctl broker-stats load-report``, over the Redis store. ``controller.cli`` registers them (and
 the older top-level spellings ``split-bundle`` and ``unload``) and runs them through its
 ``_run``; this module holds their arguments, their checks and what they do, so the pulsar-admin
@@ -42,6 +43,7 @@ from loadbalance.split_algorithms import (
     split_boundaries,
 )
 from loadbalance.values import DecisionReason, OutcomeKind
+from metadata_store.decider_lease import DeciderLease
 from metadata_store.leases import BrokerNotAlive
 from metadata_store.load_snapshot import decode_broker_doc
 from metadata_store.ownership_redis import RedisStore
@@ -503,3 +505,62 @@ def stored_report(store: RedisStore, broker: str | None) -> tuple[str, dict[str,
 def load_report(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig) -> None:
     _, report = stored_report(store, args.broker)
     print(json.dumps(report, indent=2))
+
+
+# -- brokers leader-broker -----------------------------------------------------------------------
+CONTROLLER_STALE_AFTER_MS = 10_000
+"""A controller beats every second (``controller.heartbeat``); silent this long, it is stale."""
+
+
+def leader_broker(store: RedisStore, args: argparse.Namespace, config: LoadBalancerConfig) -> Rows:
+    """pulsar-admin ``brokers leader-broker``: who decides. Pulsar's leader broker runs the load
+    manager; here the streaming job holding the decider lease does
+    (``metadata_store.decider_lease``), and the controllers apply what it decides. With
+    ``--json``, Pulsar's ``{"serviceUrl", "brokerId"}`` (the holder's metrics URL when the
+    process registry has one, and its id) extended with ``decider`` (host, term, expiry, the
+    last batch that renewed it) and ``controllers`` (the registry's running ones)."""
+    info = DeciderLease.of(store).read()  # type: ignore[union-attr]
+    wall = now_ms()
+    entries = store.processes.entries()
+    controllers = [_controller_doc(e.id, e.doc, e.beat_ms, wall) for e in entries
+                   if e.role == "control" and not e.stopped]  # fmt: skip
+    decider = None if info is None else _decider_doc(info)
+    url = None
+    if info is not None:
+        pid = f"{info.host}:{info.pid}"
+        url = next((e.doc.get("metricsUrl") for e in entries
+                    if e.role == "stream" and e.id == pid), None)  # fmt: skip
+    doc = {"serviceUrl": url, "brokerId": None if info is None else info.holder,
+           "decider": decider, "controllers": controllers}  # fmt: skip
+    rows = [_leader_row("decider", decider)] + [_leader_row("controller", c) for c in controllers]
+    return PulsarShaped(rows, doc)
+
+
+def _decider_doc(info: Any) -> dict[str, Any]:
+    return {
+        "holder": info.holder, "host": info.host, "pid": info.pid, "term": info.term,
+        "live": info.live, "expiresAtMs": info.expires_ms, "acquiredAtMs": info.acquired_at_ms,
+        "renewedAtMs": info.renewed_at_ms, "lastBatch": info.last_batch,
+        "lastBatchAtMs": info.last_batch_at_ms, "newestTerm": info.newest_term,
+    }  # fmt: skip
+
+
+def _controller_doc(pid: str, doc: Any, beat_ms: int | None, wall_ms: int) -> dict[str, Any]:
+    live = beat_ms is not None and wall_ms - beat_ms <= CONTROLLER_STALE_AFTER_MS
+    return {"id": pid, "host": doc.get("host"), "pid": doc.get("pid"), "group": doc.get("group"),
+            "beatAtMs": beat_ms, "live": live}  # fmt: skip
+
+
+def _leader_row(role: str, doc: dict[str, Any] | None) -> dict[str, Any]:
+    """One table row per process: the decider's term and last batch, a controller's beat."""
+    if doc is None:
+        return {"role": role, "id": None, "host": None, "term": None, "state": "none",
+                "lastBatch": None, "lastAtMs": None}  # fmt: skip
+    if role == "decider":
+        state = "live" if doc["live"] else "expired"
+        return {"role": role, "id": doc["holder"], "host": doc["host"], "term": doc["term"],
+                "state": state, "lastBatch": doc["lastBatch"],
+                "lastAtMs": doc["lastBatchAtMs"]}  # fmt: skip
+    return {"role": role, "id": doc["id"], "host": doc["host"], "term": None,
+            "state": "live" if doc["live"] else "stale", "lastBatch": None,
+            "lastAtMs": doc["beatAtMs"]}  # fmt: skip

@@ -12,6 +12,18 @@ Outcomes: ``applied``, ``already_satisfied``, ``conflict`` (a compare-and-set ke
 applied before; nothing changes, and the hash keeps the first outcome, but the stream gets a
 ``duplicate`` entry so replays and a second controller are visible), and ``dry_run``.
 
+**One decider.** A decision from the decisions topic is first admitted by its decider term
+(``terms``, the shared gate of ``metadata_store.decider_lease``; the reconciler passes it, the
+admin verbs, which build their own decisions, do not): a term older than the newest any
+decider has held, or than any decision a controller accepted, is refused and recorded as
+``rejected`` with ``refused: stale decider term T < N``, so a second decider, or one that
+lost its lease, cannot get a decision applied, and every decision still has exactly one
+outcome. A decision without a term reads as term 0 (``loadbalance.decisions``). The check
+comes after de-duplication: a copy of a decision already applied stays a ``duplicate``.
+A refused id keeps its ``rejected`` outcome, so a copy of it published again under a newer
+term (a cycle replayed by a restarted decider, read only after the refusal) is a
+``duplicate``; the next cycle decides again on fresh load.
+
 The Redis change and the outcome are two writes, so a crash can fall between them; the replay
 then finds the change already made and records ``already_satisfied``. ``fault_point`` lets the
 reliability suite (``tests/reliability``) kill the process exactly there.
@@ -45,7 +57,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loadbalance.bundles import BundleRange, NamespaceBundles, parse_bundle
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
@@ -120,6 +132,18 @@ def _report_duplicate(store: DecisionStore, d: Decision, outcome: Outcome, now_m
     store.outcomes.stream_only(d, outcome.outcome, outcome.reason, now_ms)
 
 
+STALE_TERM = "refused: stale decider term"
+"""How the reason of a decision refused for its decider term starts."""
+
+
+class TermGate(Protocol):
+    """The decider-term check (``metadata_store.decider_lease.DeciderLease.admit``): None when
+    a decision of ``term`` may be applied (recording the term when ``record``), else the newer
+    term that makes it stale."""
+
+    def admit(self, term: int, *, record: bool = True) -> int | None: ...
+
+
 UNLOAD_TIMED_OUT = "unload timed out"
 """How the reason of an unload or transfer given up by ``namespaceBundleUnloadingTimeoutMs``
 starts."""
@@ -134,13 +158,21 @@ def apply_decision(
     dry_run: bool = False,
     keep_split_children: bool = False,
     unload_timeout_ms: int | None = None,
+    terms: TermGate | None = None,
 ) -> Outcome:
-    """Apply one decision and record its outcome (see the module docstring)."""
+    """Apply one decision and record its outcome (see the module docstring); with ``terms``,
+    a decision of a stale decider term is refused first."""
     previous = outcome_of(store, d.id)
     if previous is not None and previous.outcome not in (DRY_RUN, CONFLICT):
         duplicate = Outcome(d.id, DUPLICATE, f"already {previous.outcome}")
         _report_duplicate(store, d, duplicate, now_ms)
         return duplicate
+    newer = None if terms is None else terms.admit(d.term, record=not dry_run)
+    if newer is not None:
+        refusal = f"{STALE_TERM} {d.term} < {newer}"
+        if dry_run:  # a dry run's outcome never takes the hash from the real one
+            return _record(store, d, Outcome(d.id, DRY_RUN, f"would be {refusal}"), now_ms)
+        return _record(store, d, Outcome(d.id, REJECTED, refusal), now_ms)
     try:
         timed_out = _unload_timed_out(d, now_ms, unload_timeout_ms)
         if timed_out is not None:

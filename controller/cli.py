@@ -276,6 +276,13 @@ def _register_reports(subparsers: Any) -> None:
     _, b_sub = _group(subparsers, "brokers", "registered brokers", "brokers_command")
     p = _verb(b_sub, "list", "live brokers (registration not expired)", av.brokers_list)
     av.add_brokers_list_arguments(p)
+    _verb(
+        b_sub,
+        "leader-broker",
+        "the decider (the streaming job holding the decider lease: "
+        "its host, term and last batch) and the live controllers",
+        av.leader_broker,
+    )
 
 
 def _run(func: Any, args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from controller.apply import (
     DUPLICATE,
     REJECTED,
     Outcome,
+    TermGate,
     apply_decision,
     apply_knobs,
     outcome_of,
@@ -42,6 +43,7 @@ from controller.recovery import AutoRecovery, RecoveryReport, recovery_events, s
 from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
+from metadata_store.decider_lease import DeciderLease
 from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.protocol import OwnershipStore
@@ -158,15 +160,16 @@ def apply_with_events(
     dry_run: bool = False,
     outbox: bool = False,
     config: LoadBalancerConfig | None = None,
+    terms: TermGate | None = None,
 ) -> tuple[Outcome, list[OwnershipEvent]]:
     """``apply_decision``, plus the events to publish when it was applied.
 
     With ``outbox``, the leases read before applying are first saved in the event outbox and
     stay there until ``clear_outbox`` after the events are delivered (module docstring): a
     replay that finds the change made or recorded announces it from the saved entry.
-    ``config`` gives the knobs of ``apply_knobs``.
+    ``config`` gives the knobs of ``apply_knobs``; ``terms`` refuses stale decider terms.
     """
-    knobs = apply_knobs(config)
+    knobs = {**apply_knobs(config), "terms": terms}
     if dry_run:
         return apply_decision(
             store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, dry_run=True, **knobs
@@ -215,6 +218,8 @@ class Reconciler:
         self.dry_run = dry_run
         self.config = config
         self.recovery = None if dry_run else recovery
+        # decisions from the topic are admitted by their decider term (controller.apply)
+        self.terms = DeciderLease.of(store)
 
     def reconcile(self, d: Decision, now_ms: int | None = None) -> Outcome:
         """Apply one decision, record its outcome and publish its events; the outcome.
@@ -225,7 +230,7 @@ class Reconciler:
         now = self.clock() if now_ms is None else now_ms
         outcome, events = apply_with_events(
             self.store, d, now_ms=now, lease_ttl_ms=self.lease_ttl_ms, dry_run=self.dry_run,
-            outbox=True, config=self.config,
+            outbox=True, config=self.config, terms=self.terms,
         )  # fmt: skip
         log.info("%s %s %s: %s %s", d.id[:12], d.kind, d.bundle, outcome.outcome, outcome.reason)
         self.publish(events)

@@ -587,6 +587,14 @@ class LoadBalancerConfig(BaseModel):
         alias="loadBalancerOwnershipLeaseTtlSeconds",
         **_POS,
     )
+    load_balancer_decider_lease_ttl_ms: int = _f(
+        15000,
+        "Ours: TTL of the decider lease the streaming job's decision stage holds in Redis, ms "
+        "(renewed every batch; three batch intervals of lbctl stream's default 5 s trigger). "
+        "A job that cannot renew it publishes nothing; another job takes it once it expires.",
+        alias="loadBalancerDeciderLeaseTtlMs",
+        **_POS,
+    )
     load_balancer_broker_registration_ttl_seconds: float = _f(
         30,
         "Ours: broker registration TTL in Redis, s.",

@@ -8,6 +8,16 @@ Pulsar's vocabulary (``Overloaded``, ``Underloaded``, ``Topics``, ``Sessions``, 
 Ids are deterministic: a SHA-256 over the cycle key and the decision's content, so replaying the
 same input batch yields the same ids and the controller can de-duplicate.
 
+**Which decider made it.** A decision published by the streaming job carries ``deciderTerm``
+(the term of the decider lease its job held, ``metadata_store.decider_lease``) and ``decider``
+(that job's ``host:pid:random`` id). Neither is part of the id: a cycle replayed by a restarted
+job under a newer term has the same ids, so the controller still de-duplicates it. Both keys
+are optional on the wire, in schema version 1: a decision without them (an older job, or
+``lbctl decide`` offline) reads as term 0 and decider ``""``, and the encoder leaves them out
+for term 0, so those records keep their exact bytes. The controller refuses a decision whose
+term is older than the newest term it knows of (``controller.apply``); so a term-0 decision is
+applied only while no decider has ever held the lease in that Redis, and refused after.
+
 ``decode_decision`` is the controller's only gate for records from the decisions topic, so it
 refuses anything the applier or Redis could choke on: the size limit before parsing,
 wrong types, numbers outside their range, bundle names outside the ring (kept in their canonical
@@ -115,6 +125,9 @@ class Decision:
     cycle: str = ""
     decided_at_ms: int = 0
     schema_version: int = SCHEMA_VERSION
+    # the decider lease's term and the id of the job that published it (0 and "": none)
+    term: int = 0
+    decider: str = ""
 
     @property
     def label(self) -> str:
@@ -127,7 +140,7 @@ def _setters() -> tuple[Any, ...]:
     names = (
         "id", "kind", "bundle", "source_broker", "destination_broker", "split_boundaries",
         "split_algorithm", "merge_bundle", "reason", "strategy", "inputs", "cycle",
-        "decided_at_ms", "schema_version",
+        "decided_at_ms", "schema_version", "term", "decider",
     )  # fmt: skip
     if names != tuple(f.name for f in fields(Decision)):
         raise TypeError("decisions._setters is out of date with Decision's fields")
@@ -136,7 +149,7 @@ def _setters() -> tuple[Any, ...]:
 
 (_SET_ID, _SET_KIND, _SET_BUNDLE, _SET_SOURCE, _SET_DESTINATION, _SET_BOUNDS, _SET_ALGORITHM,
  _SET_MERGE, _SET_REASON, _SET_STRATEGY, _SET_INPUTS, _SET_CYCLE, _SET_AT,
- _SET_VERSION) = _setters()  # fmt: skip
+ _SET_VERSION, _SET_TERM, _SET_DECIDER) = _setters()  # fmt: skip
 
 
 def _decision(
@@ -176,6 +189,8 @@ def _decision(
     _SET_CYCLE(d, cycle)
     _SET_AT(d, decided_at_ms)
     _SET_VERSION(d, SCHEMA_VERSION)
+    _SET_TERM(d, 0)
+    _SET_DECIDER(d, "")
     return d
 
 
@@ -278,7 +293,8 @@ def _clean_inputs(inputs: Mapping[str, Scalar]) -> dict[str, Scalar]:
 
 
 def decision_to_dict(d: Decision) -> dict[str, Any]:
-    return {
+    """The wire document; ``deciderTerm`` and ``decider`` only when set (module docstring)."""
+    doc = {
         "schemaVersion": d.schema_version,
         "id": d.id,
         "kind": d.kind,
@@ -294,11 +310,23 @@ def decision_to_dict(d: Decision) -> dict[str, Any]:
         "cycle": d.cycle,
         "decidedAtMs": d.decided_at_ms,
     }
+    if d.term or d.decider:
+        doc["deciderTerm"] = d.term
+        doc["decider"] = d.decider
+    return doc
 
 
-def encode_decision(d: Decision) -> bytes:
-    """Compact, key-sorted JSON: identical decisions encode to identical bytes."""
-    return _DECISION_JSON.encode(decision_to_dict(d)).encode()
+def encode_decision(d: Decision, *, term: int | None = None, decider: str | None = None) -> bytes:
+    """Compact, key-sorted JSON: identical decisions encode to identical bytes.
+
+    ``term`` and ``decider`` stamp the decider lease's term and the job's id over ``d``'s own
+    (the streaming job's decision stage stamps every decision it publishes; the policies that
+    made ``d`` know nothing of leases)."""
+    doc = decision_to_dict(d)
+    if term is not None or decider is not None:
+        doc["deciderTerm"] = d.term if term is None else term
+        doc["decider"] = d.decider if decider is None else decider
+    return _DECISION_JSON.encode(doc).encode()
 
 
 def _unicode_ok(v: str) -> bool:
@@ -367,6 +395,7 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
     if src is not None and dst is not None and src == dst:
         raise InvalidDecision("destinationBroker", "destination is the source broker")
     cycle, reason, strategy, algo = _texts(doc)
+    term, decider = _provenance(doc)
     return Decision(
         id=did,
         kind=kind,
@@ -381,6 +410,8 @@ def _decode(raw: bytes | str, max_bytes: int) -> Decision:
         inputs=MappingProxyType(inputs),
         cycle=cycle,
         decided_at_ms=decided,
+        term=term,
+        decider=decider,
     )
 
 
@@ -480,3 +511,17 @@ def _texts(doc: dict[str, Any]) -> tuple[str, str, str, str | None]:
         if not _unicode_ok(val):
             raise InvalidDecision(name, "contains a lone surrogate (not valid Unicode)")
     return cycle, reason, strategy, algo
+
+
+def _provenance(doc: dict[str, Any]) -> tuple[int, str]:
+    """``deciderTerm`` (an integer from 0 to 2^63-1; absent: 0) and ``decider`` (a printable
+    string of at most 256 characters; absent: "")."""
+    term = doc.get("deciderTerm", 0)
+    if isinstance(term, bool) or not isinstance(term, int) or not 0 <= term <= MAX_TIME_MS:
+        raise InvalidDecision("deciderTerm", "must be an integer from 0 to 2^63-1")
+    decider = doc.get("decider", "")
+    if not isinstance(decider, str) or len(decider) > 256 or not decider.isprintable():
+        raise InvalidDecision("decider", "must be a printable string of at most 256 characters")
+    if not _unicode_ok(decider):
+        raise InvalidDecision("decider", "contains a lone surrogate (not valid Unicode)")
+    return term, decider

@@ -45,6 +45,13 @@ key                      type    fields / format                          reposi
                                  (the job's wall clock at the commit)
 ``P:stream:pending``     hash    ``batch``, ``namespaces`` (JSON          ``RedisProgress``
                                  ``{ns: [boundary, ...]}``)
+``P:decider``            hash    ``holder`` (``host:pid:random``),        ``DeciderLease``
+                                 ``host``, ``pid``, ``term``, ``expires``,
+                                 ``acquiredAtMs``, ``renewedAtMs``,
+                                 ``lastBatch``, ``lastBatchAtMs`` (ms)
+``P:decider:term``       string  decider term counter, only grows         ``DeciderLease``
+``P:decider:seen``       string  newest decider term a controller         ``DeciderLease``
+                                 accepted a decision of
 ``P:processes``          hash    ``<role>/<host:pid>`` -> JSON            ``ProcessRegistry``
                                  ``{role, id, startedAtMs, beatAtMs,
                                  lastPollMs, lastSweepMs, ...}``
@@ -60,7 +67,8 @@ Repositories: ``RedisStore`` (``ownership_redis``, the ``OwnershipStore`` of
 ``protocol``), ``OutcomeLog`` (``outcomes``), ``EventOutbox`` (``outbox``),
 ``Preallocations`` (``placement_state``), ``RecoveryState`` (``recovery_state``),
 ``PlacementPoliciesStore`` (``placement_policies``, isolation policies, anti-affinity groups
-and failure domains), ``LoadSnapshot`` (``load_snapshot``, written by the streaming job through
+and failure domains), ``DeciderLease`` (``decider_lease``, the one-decider lease and its
+term), ``LoadSnapshot`` (``load_snapshot``, written by the streaming job through
 ``RedisProgress.commit``), ``RedisProgress`` (``progress``, the cycle state's JSON in
 ``cycle_state``). The load snapshot is a published format (``docs/snapshot-format.md``), its
 layout and its one reader in ``load_snapshot``.
@@ -161,6 +169,16 @@ class Keys:
 
     def stream_pending(self) -> str:
         return self._k("stream:pending")
+
+    # -- decider lease -----------------------------------------------------------------------
+    def decider(self) -> str:
+        return self._k("decider")
+
+    def decider_term(self) -> str:
+        return self._k("decider:term")
+
+    def decider_seen(self) -> str:
+        return self._k("decider:seen")
 
     # -- process registry -------------------------------------------------------------------
     def processes(self) -> str:

@@ -58,12 +58,13 @@ from infra import metrics
 from infra.redis_client import connect
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step, weights_from_config
-from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision, encode_decision
+from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.shedding.registry import make_shedder
 from loadbalance.values import DecisionReason, SkipReason
 from metadata_store.load_snapshot import decode_broker_entry
 from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
+from streaming.decider import Decider
 from streaming.driver_view import DriverView
 from streaming.schema import BROKER, BROKER_GONE, DEAD, ISSUES_FIELD, ISSUES_MARK
 from streaming.sinks import KafkaSink
@@ -266,6 +267,8 @@ class DecisionStage:
     client_config: Mapping[str, Any] | None = None
     seed: int = 0
     on_batch: Callable[[BatchStats], None] | None = None
+    decider_id: str | None = None  # the decider lease's holder id (None: this process's)
+    _decider: Decider | None = field(default=None, init=False)
     _progress_store: ProgressStore | None = field(default=None, init=False)
     _progress: Progress | None = field(default=None, init=False)
     _policies: PlacementPoliciesStore | None = field(default=None, init=False)
@@ -326,7 +329,13 @@ class DecisionStage:
         # stores only when every partition of it was read (it fails the query otherwise).
         pdf = df.toPandas()
         collect_ms = (time.monotonic() - started) * 1000
+        if not self._lead(batch_id, len(pdf)):
+            return
         self._start()
+        assert self._decider is not None
+        if not self._decider.deciding:  # the lease went while completing a pending cycle
+            self._follow(batch_id, len(pdf))
+            return
         assert self._progress_store is not None and self._progress is not None
         assert self._view is not None
         if self._skip_completed(batch_id, len(pdf)):
@@ -372,6 +381,24 @@ class DecisionStage:
             phases=phases.ms,
         )
         self._cycle_or_warm(progress, new, stats, started, due)
+
+    def _lead(self, batch_id: int, rows: int) -> bool:
+        """Hold the decider lease for this batch (``streaming.decider``); False when another
+        job holds it: this batch then writes and publishes nothing. A lease just taken seeds the
+        view from Redis again first (another decider may have committed batches since)."""
+        if self._decider is None:
+            self._decider = Decider(self.config, self.redis_url, self.decider_id)
+        decide, taken = self._decider.hold(batch_id)
+        if taken:
+            self._progress_store = None
+        if not decide:
+            self._follow(batch_id, rows)
+        return decide
+
+    def _follow(self, batch_id: int, rows: int) -> None:
+        """Report a batch this job did not decide (another job holds the decider lease)."""
+        self._progress_store = None  # seeded again from the holder's Redis when this job leads
+        self._report(BatchStats(batch_id, rows, 0, 0, 0.0, 0, 0, skipped=True))
 
     def _skip_completed(self, batch_id: int, rows: int) -> bool:
         """Whether ``batch_id`` was already completed (a replay after a restart), and is
@@ -437,10 +464,10 @@ class DecisionStage:
                 seed=self.seed,
             )
             phases.mark("cycle_step")
-        sink = KafkaSink(self.bootstrap_servers, self.client_config)
-        for d in result.decisions:
-            sink.send(self.config.decisions_topic, d.bundle, encode_decision(d))
-        sink.flush()
+        if not self._publish(progress.batch, result.decisions):
+            if batch is not None:
+                self._finished(*batch)
+            return
         phases.mark("cycle_publish")
         done = Progress(progress.batch, progress.now_ms, cycle_state)
         self._progress_store.commit_cycle(done)
@@ -458,6 +485,22 @@ class DecisionStage:
                 decision_ids=tuple(d.id for d in result.decisions),
             )
             self._finished(stats, started)
+
+    def _publish(self, batch_id: int, decisions: Iterable[Decision]) -> bool:
+        """Publish a cycle's decisions stamped with the decider term, once the lease is renewed
+        right before (``streaming.decider``). False when another job holds it now: nothing is
+        published and the cycle stays pending in Redis, for the holder to complete under its
+        own term (this job seeds again when it leads)."""
+        if self._decider is None:
+            self._decider = Decider(self.config, self.redis_url, self.decider_id)
+        if not self._decider.confirm(batch_id):
+            self._progress_store = None
+            return False
+        sink = KafkaSink(self.bootstrap_servers, self.client_config)
+        for d in decisions:
+            sink.send(self.config.decisions_topic, d.bundle, self._decider.encode(d))
+        sink.flush()
+        return True
 
     def _finished(self, stats: BatchStats, started: float) -> None:
         """Log and report a batch whose work (its cycle's included) is done."""

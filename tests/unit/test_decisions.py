@@ -378,7 +378,7 @@ def test_decisions_made_slot_by_slot_are_ordinary_decisions() -> None:
     built = Decision(**{f.name: getattr(made, f.name) for f in dataclasses.fields(Decision)})
     assert [getattr(made, f.name) for f in dataclasses.fields(Decision)] == [
         made.id, SPLIT, B, "b1", None, (0x40000000,), "range_equally_divide", None, "Topics",
-        "BundleSplitterTask", {"topics": 3}, "c9", 77, built.schema_version,
+        "BundleSplitterTask", {"topics": 3}, "c9", 77, built.schema_version, 0, "",
     ]  # fmt: skip
     assert made == built and repr(made) == repr(built)
     assert dataclasses.replace(made, reason="x") == dataclasses.replace(built, reason="x")
