@@ -1,6 +1,9 @@
 """The decision stage (``foreachBatch`` on the state output): the policy cycle once per batch.
 
-Per micro-batch, on the driver:
+Per micro-batch, on the driver (once the batch's rows are collected, and only while this job
+holds the decider lease, ``streaming.decider``: a job that does not writes and publishes
+nothing, and a cycle renews the lease once more right before it publishes, stamping every
+decision with the lease's term):
 
 1. collect the batch's rows (touched bundles and brokers, gone brokers, expired bundles, dead
    letters) and publish the dead letters;
