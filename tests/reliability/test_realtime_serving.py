@@ -125,20 +125,22 @@ class Nemesis:
     stop: threading.Event = field(default_factory=threading.Event)
     faults: Counter[str] = field(default_factory=Counter)
     ops: Counter[str] = field(default_factory=Counter)
-    errors: list[str] = field(default_factory=list)
 
 
 def _controller(n: Nemesis) -> None:
-    """Sweep expired leases; place every free bundle on a live broker, or now and then split or
-    merge free bundles (a live lease is never revoked: only expiry hands a bundle over)."""
+    """Sweep expired leases; place every free bundle on the least loaded live broker, or now and
+    then split or merge free bundles (a live lease is never revoked: only expiry hands a bundle
+    over)."""
     store = _store(n.server.url, "rt")
     while not n.stop.wait(0.05):
         try:
             store.sweep_expired(0)
             nb = store.get_namespace(NS)
             assert nb is not None
-            free = [b for b in nb.bundle_names if b not in store.owners(NS, 0)]
+            owners = store.owners(NS, 0)
+            free = [b for b in nb.bundle_names if b not in owners]
             live = store.live_brokers(0)
+            load = Counter(lease.broker for lease in owners.values())
             for b in free:
                 r = n.rng.random()
                 if r < 0.1 and len(nb) < MAX_BUNDLES and nb.bundles[nb.index_of(b)].can_split():
@@ -152,8 +154,10 @@ def _controller(n: Nemesis) -> None:
                     store.merge_bundles(b, nb.bundle_names[i + 1], nb.version)
                     n.ops["merge"] += 1
                     break
-                if live:
-                    store.acquire(b, n.rng.choice(sorted(live)), 0, TTL_MS)
+                if live:  # the least loaded live broker, ties broken at random
+                    dest = min(sorted(live), key=lambda x: (load[x], n.rng.random()))
+                    store.acquire(b, dest, 0, TTL_MS)
+                    load[dest] += 1
                     n.ops["acquire"] += 1
         except (Conflict, InvalidInput, redis.ConnectionError, redis.TimeoutError):
             n.ops["refused_or_unreachable"] += 1
