@@ -20,9 +20,7 @@ class Mutant:
     """One broken guard: replace ``old`` (exactly one occurrence in ``file``) with ``new``.
 
     ``tests``: existing tests expected to kill it; ``guard_tests``: a test written for this
-    guard (in ``tests/safety/``), run after them. ``ci``: False for a mutant whose only
-    killers are slow real-time tests; the suite's run of the harness leaves it to the full run
-    (``python -m tests.safety.run_mutants``), the table check still covers it.
+    guard (in ``tests/safety/``), run after them.
     """
 
     name: str
@@ -32,7 +30,6 @@ class Mutant:
     new: str
     tests: tuple[str, ...]
     guard_tests: tuple[str, ...]
-    ci: bool = True
 
     def count_in(self, root: Path) -> int:
         """How often ``old`` occurs in ``root/file`` (0 when the file is gone)."""
@@ -64,6 +61,11 @@ class Mutant:
         if guard_tests_only:
             return tuple(dict.fromkeys(self.guard_tests or self.tests))
         return tuple(dict.fromkeys((*self.tests, *self.guard_tests)))
+
+    @property
+    def has_lua(self) -> bool:
+        """Whether the mutated file holds Lua scripts the preflight must compile."""
+        return self.file.startswith("metadata_store/")
 
     @property
     def module(self) -> str:

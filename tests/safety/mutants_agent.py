@@ -4,8 +4,11 @@ Why: the store judges leases by Redis's clock (``TIME`` inside each script), and
 its leases by renewing them. A clock that drops the milliseconds of ``TIME`` grants every
 lease up to 999 ms shorter in real time than its TTL, and a keeper that renews the wrong leases
 or dies when Redis is away breaks what the broker may believe. Caller-clock tests cannot see a
-broken server clock, so its killers (``tests/safety/test_clock_guards.py``) measure Redis's own
-time around each grant.
+broken server clock: its killers are the real-time serving check
+(``tests/reliability/test_realtime_serving.py``: a broker renews 0.9 s into a second of Redis's
+clock and is cut off, another takes the bundle as soon as the store lets it, and the checker
+finds both serving at once if the lease lapsed early) and ``tests/safety/test_clock_guards.py``,
+which reads Redis's own ``TIME`` around each grant and read.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ REDIS = "metadata_store/ownership_redis.py"
 T_AGENT = "tests/integration/test_agent_redis.py"
 T_RESILIENCE = "tests/unit/test_agent_resilience.py"
 T_SERVING = "tests/unit/test_serving.py"
+T_SERVING_AGENT = "tests/unit/test_serving_agent.py"
+REALTIME = (
+    "tests/reliability/test_realtime_serving.py::"
+    "test_a_lease_the_store_ends_early_is_caught_in_real_time"
+)
 GUARDS = "tests/safety/test_guards.py"
 AGENT_GUARDS = "tests/safety/test_agent_guards.py"
 CLOCK_GUARDS = "tests/safety/test_clock_guards.py"
@@ -66,8 +74,8 @@ KEEPER_MUTANTS: tuple[Mutant, ...] = (
         "agent.keeper.lease_ttl",
         "renewals extend by the lease TTL, not the registration TTL",
         AGENT,
-        "return self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)",
-        "return self.store.renew_all(self.broker_id, held, now_ms, self.registration_ttl_ms)",
+        "self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)",
+        "self.store.renew_all(self.broker_id, held, now_ms, self.registration_ttl_ms)",
         (),
         (_a("test_the_keeper_renews_only_what_its_broker_holds"),),
     ),
@@ -111,7 +119,9 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         AGENT,
         "table.renewed(b, held[b], requested_at, replied_at)",
         "table.renewed(b, held[b], replied_at, replied_at)",
-        (),
+        (
+            f"{T_SERVING_AGENT}::test_the_deadline_counts_from_when_the_renewal_was_sent_not_answered",
+        ),
         (_a("test_the_keeper_serves_from_the_reply_until_the_deadline_of_the_send_time"),),
     ),
     Mutant(
@@ -162,7 +172,7 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         AGENT,
         "                else:\n                    table.lost(b, replied_at)",
         "                else:\n                    pass",
-        (),
+        (f"{T_SERVING_AGENT}::test_a_refused_renewal_or_another_owner_stops_serving_at_once",),
         (_a("test_a_refused_renewal_stops_serving_at_once"),),
     ),
     Mutant(
@@ -171,7 +181,7 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         AGENT,
         "                    table.lost(b, seen_at)",
         "                    pass",
-        (),
+        (f"{T_SERVING_AGENT}::test_a_refused_renewal_or_another_owner_stops_serving_at_once",),
         (_a("test_a_bundle_moved_away_stops_being_served_at_the_next_check"),),
     ),
 )
@@ -183,7 +193,7 @@ CLOCK_MUTANTS: tuple[Mutant, ...] = (
         REDIS,
         "    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
         "    return tonumber(t[1]) * 1000\n",
-        (),
+        (REALTIME,),
         (_k("test_a_server_clock_grant_lasts_its_ttl_from_the_redis_time_it_was_sent"),),
     ),
     Mutant(
@@ -192,7 +202,7 @@ CLOCK_MUTANTS: tuple[Mutant, ...] = (
         REDIS,
         "    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
         "    return tonumber(t[1])\n",
-        (),
+        (REALTIME,),
         (_k("test_a_server_clock_grant_lasts_its_ttl_from_the_redis_time_it_was_sent"),),
     ),
     Mutant(

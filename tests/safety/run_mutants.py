@@ -2,27 +2,33 @@
 
 Usage::
 
-    python -m tests.safety.run_mutants [--only NAME ...] [--json] [--jobs 1|2] [--guard-tests]
+    python -m tests.safety.run_mutants [--only NAME ...] [--json] [--markdown] [--jobs 1|2]
+                                       [--guard-tests] [--head]
 
-For each mutant of ``tests.safety.mutants``: copy the repository's files (``git ls-files``,
-tracked plus untracked-but-not-ignored, as they are in the work tree) to a temporary folder,
-apply the mutant there, and run that mutant's tests with ``python -m pytest -x -q`` whose
-working directory is the copy, so the copy's packages are imported, not the editable install
-of the work tree (``tests.safety.pin_copy`` checks every loaded project module and stops the
-run otherwise). Before the mutants, the unmutated copy runs every selected test once and must
-pass, or the table would mean nothing.
+For each mutant of ``tests.safety.mutants.MUTANTS`` (the store, the controller, the agent, the
+serving rule and the clock): copy the repository's files (``git ls-files``, tracked plus
+untracked-but-not-ignored, as they are in the work tree; with ``--head``, the committed tree
+from ``git archive HEAD``, so other people's uncommitted edits never enter a run) to a
+temporary folder, apply the mutant there, and run that mutant's tests with
+``python -m pytest -x -q`` whose working directory is the copy, so the copy's packages are
+imported, not the editable install of the work tree (``tests.safety.pin_copy`` checks every
+loaded project module and stops the run otherwise). Nothing is ever written to the work tree:
+an interrupted or failed run leaves nothing to restore, and its temporary folder is removed.
+Before the mutants, the unmutated copy runs every selected test once and must pass, or the
+table would mean nothing.
 
-Each mutated copy is first imported in a short preflight that prints where
+A mutant of ``metadata_store`` is first imported in a short preflight that prints where
 ``metadata_store.ownership_redis`` came from and loads (``SCRIPT LOAD``, compile only) every
 ``_LUA_*`` script into a Redis started for the harness, so a mutant that breaks the Lua syntax is
-reported as an error instead of counting as killed. A run whose pytest exits 1 with a failed or
-errored test kills the mutant; exit 0 means it survived; anything else (collection error, import
-outside the copy, timeout) is an error. The harness prints the kill table and exits 1 if any mutant
-survived or errored, 2 if the table or the unmutated run is broken.
+reported as an error instead of counting as killed (a Python syntax error stops pytest's
+collection, an error too). A run whose pytest exits 1 with a failed or errored test kills the
+mutant; exit 0 means it survived; anything else (collection error, import outside the copy,
+timeout) is an error. The harness prints the kill table and exits 1 if any mutant survived or
+errored, 2 if the table or the unmutated run is broken.
 
 Only in-process tests belong in a mutant's list: tests that spawn ``lbctl`` subprocesses
 import the installed package, not the copy. ``--guard-tests`` runs each mutant against its own
-test in ``tests/safety/test_guards.py`` alone, to show that test kills it without help.
+test in ``tests/safety/`` alone, to show that test kills it without help.
 """
 
 from __future__ import annotations
@@ -140,11 +146,15 @@ def run_copy(
     name: str,
     guard: str,
     modules: Sequence[str] = (),
+    preflight: bool = True,
 ) -> Result:
-    """Preflight (importing ``modules``) and pytest in ``copy``; the result as the kill table
-    reports it."""
+    """Preflight (importing ``modules``; skipped without ``preflight``: a Python syntax error
+    then stops pytest's collection, an error too) and pytest in ``copy``; the result as the
+    kill table reports it."""
     start = time.monotonic()
     env = _env(copy)
+    if not preflight:
+        return _pytest(copy, tests, env, name, guard, start, "")
     pre = subprocess.run(
         [sys.executable, "-c", _PREFLIGHT, lua_redis_url, *modules],
         cwd=copy,
@@ -157,6 +167,19 @@ def run_copy(
     if pre.returncode != 0:
         return Result(name, guard, "error", "", time.monotonic() - start, where,
                       "preflight: " + _tail(pre.stderr or pre.stdout, 5))  # fmt: skip
+    return _pytest(copy, tests, env, name, guard, start, where)
+
+
+def _pytest(
+    copy: Path,
+    tests: Sequence[str],
+    env: dict[str, str],
+    name: str,
+    guard: str,
+    start: float,
+    where: str,
+) -> Result:
+    """Run ``tests`` in ``copy``: killed (a test failed), survived (all passed) or error."""
     try:
         run = subprocess.run(
             [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests],
@@ -198,7 +221,7 @@ def run_mutant(
     try:
         m.apply(copy)
         return run_copy(copy, m.run_ids(guard_tests), lua_redis_url,
-                        m.name, m.guard, (m.module,))  # fmt: skip
+                        m.name, m.guard, (m.module,), m.has_lua)  # fmt: skip
     except MutantRot as e:
         return Result(m.name, m.guard, "error", "", 0.0, detail=str(e))
     finally:
@@ -224,6 +247,16 @@ def format_table(results: Sequence[Result]) -> str:
     )
 
 
+def markdown_table(results: Sequence[Result]) -> str:
+    """The kill table as docs/ownership.md shows it (``--markdown``): one row per mutant, in
+    the harness's order, with the guard it breaks and the test that killed it."""
+    rows = ["| mutant | guard broken | killed by |", "|---|---|---|"]
+    for r in results:
+        killer = f"`{r.killed_by}`" if r.status == "killed" else f"**{r.status.upper()}**"
+        rows.append(f"| `{r.mutant}` | {r.guard} | {killer} |")
+    return "\n".join(rows)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tests.safety.run_mutants", description=__doc__.split("\n")[0]
@@ -236,16 +269,14 @@ def _parser() -> argparse.ArgumentParser:
         help="run only this mutant (repeatable; comma-separated names work)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--markdown", action="store_true", help="also print the kill table for docs/ownership.md"
+    )
     parser.add_argument("--jobs", type=int, default=MAX_JOBS, choices=range(1, MAX_JOBS + 1))
     parser.add_argument(
         "--guard-tests",
         action="store_true",
         help="run each mutant against its own test in tests/safety/ only",
-    )
-    parser.add_argument(
-        "--ci",
-        action="store_true",
-        help="leave out the mutants marked ci=False (killed only by slow real-time tests)",
     )
     parser.add_argument(
         "--head",
@@ -255,10 +286,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _select(args: argparse.Namespace) -> list[Mutant] | str:
-    """The mutants to run, or why the request is broken."""
+def _select(args: argparse.Namespace, src: Path) -> list[Mutant] | str:
+    """The mutants to run, or why the request is broken (the table checked against ``src``)."""
     try:
-        check_table(REPO)
+        check_table(src)
     except MutantRot as e:
         return f"broken mutant table: {e}"
     names = by_name()
@@ -267,16 +298,20 @@ def _select(args: argparse.Namespace) -> list[Mutant] | str:
     if unknown:
         return f"unknown mutant(s) {unknown}; known: {', '.join(names)}"
     selected = [names[n] for n in wanted] if wanted else list(MUTANTS)
-    return [m for m in selected if m.ci or not args.ci]
+    return selected
 
 
 def _run(
-    selected: Sequence[Mutant], args: argparse.Namespace, tmp: Path, say: Callable[[str], None]
+    selected: Sequence[Mutant],
+    args: argparse.Namespace,
+    src: Path,
+    tmp: Path,
+    say: Callable[[str], None],
 ) -> tuple[Result, list[Result]]:
-    """The unmutated run, then (if it passed) every selected mutant, ``args.jobs`` at a time."""
+    """The unmutated run of ``src``, then (if it passed) every selected mutant, ``args.jobs``
+    at a time."""
     from infra.embedded import EmbeddedRedis
 
-    src = head_tree(REPO, tmp / "head") if args.head else REPO
     files = tree_files(src) if args.head else repo_files(REPO)
     with EmbeddedRedis(tmp / "logs") as lua_redis:
         every_test = list(dict.fromkeys(
@@ -316,13 +351,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    selected = _select(args)
-    if isinstance(selected, str):
-        say(selected)
-        return 2
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lb-mutants-") as tmp_name:
-        baseline, results = _run(selected, args, Path(tmp_name), say)
+        tmp = Path(tmp_name)
+        src = head_tree(REPO, tmp / "head") if args.head else REPO
+        selected = _select(args, src)
+        if isinstance(selected, str):
+            say(selected)
+            return 2
+        baseline, results = _run(selected, args, src, tmp, say)
     if baseline.status != "passed":
         say(f"the unmutated copy must pass: {baseline.killed_by} {baseline.detail}")
         return 2
@@ -336,6 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(format_table(results))
         print()
+        if args.markdown:
+            print(markdown_table(results))
+            print()
         killed = len(results) - len(bad)
         print(f"{killed}/{len(results)} mutants killed in {wall:.1f} s wall "
               f"({args.jobs} at a time; unmutated run {baseline.seconds:.1f} s)")  # fmt: skip

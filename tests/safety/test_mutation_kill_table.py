@@ -113,10 +113,13 @@ def test_the_harness_reports_a_mutant_that_no_test_kills(tmp_path: Path) -> None
         (),
     )  # fmt: skip
     files = run_mutants.repo_files(REPO)
+    before = (REPO / harmless.file).read_bytes()
     with EmbeddedRedis(tmp_path / "logs") as lua_redis:
         result = run_mutants.run_mutant(harmless, files, tmp_path, lua_redis.url, False)
     assert result.status == "survived", result
     assert result.where.startswith(str(tmp_path / "harmless")), "the copy's store was imported"
+    assert (REPO / harmless.file).read_bytes() == before, "the work tree is never written"
+    assert not (tmp_path / "harmless").exists(), "the mutated copy is removed"
 
 
 @pytest.mark.integration
