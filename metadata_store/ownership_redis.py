@@ -29,7 +29,6 @@ are reached through this store's repositories (``outcomes``, ``outbox``, ``load_
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import uuid
@@ -64,6 +63,7 @@ from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.placement_state import PlacementChanged, Preallocations
 from metadata_store.processes import ProcessRegistry
 from metadata_store.recovery_state import RecoveryState
+from metadata_store.sweeps import OnExpired, SweepReport
 
 # Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
 # (``TIME``) when the store runs with ``clock="server"`` and passes an empty string. Judging a
@@ -213,24 +213,52 @@ return {1, now}
 
 # KEYS: lease keys...; ARGV: now, prefix, prefix length
 # Removes each lease that is expired *now* (judged here, not by an earlier read), so a renewal
-# that lands between a scan and this script keeps its lease.
-# -> {now, bundle1, broker1, token1, expires1, ...} for the leases it removed
+# that lands between a scan and this script keeps its lease. Two passes: the first judges every
+# key and only reads, the second deletes; a key that holds no lease (not a hash, a field missing
+# or not a finite number, its broker's owned set not a set) is reported and left alone, so no
+# error can stop the script after it deleted some leases (Redis does not undo a failed script).
+# -> {now, #bad, bad name1, ..., bundle1, broker1, token1, expires1, ...} (the leases removed)
 _LUA_SWEEP = (
     _LUA_CLOCK
     + """
 local now = clock(ARGV[1])
-local out = {now}
+local plen = tonumber(ARGV[3])
+local function num(x)
+  local n = tonumber(x)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then return nil end
+  return n
+end
+local doomed, bad = {}, {}
 for _, key in ipairs(KEYS) do
-  local cur = redis.call('HMGET', key, 'broker', 'token', 'expires')
-  if cur[1] and tonumber(cur[3]) <= now then
-    local bundle = string.sub(key, tonumber(ARGV[3]) + 1)
-    redis.call('DEL', key)
-    redis.call('SREM', ARGV[2] .. ':owned:' .. cur[1], bundle)
-    table.insert(out, bundle)
-    table.insert(out, cur[1])
-    table.insert(out, tonumber(cur[2]))
-    table.insert(out, tonumber(cur[3]))
+  local kind = redis.call('TYPE', key)['ok']
+  local bundle = string.sub(key, plen + 1)
+  if kind == 'hash' then
+    local cur = redis.call('HMGET', key, 'broker', 'token', 'expires')
+    local token, exp = num(cur[2]), num(cur[3])
+    if not cur[1] or not token or not exp then
+      table.insert(bad, bundle)
+    elseif exp <= now then
+      local owned = ARGV[2] .. ':owned:' .. cur[1]
+      local okind = redis.call('TYPE', owned)['ok']
+      if okind == 'set' or okind == 'none' then
+        table.insert(doomed, {key, bundle, cur[1], token, exp, owned})
+      else
+        table.insert(bad, bundle)
+      end
+    end
+  elseif kind ~= 'none' then
+    table.insert(bad, bundle)
   end
+end
+local out = {now, #bad}
+for _, name in ipairs(bad) do table.insert(out, name) end
+for _, d in ipairs(doomed) do
+  redis.call('DEL', d[1])
+  redis.call('SREM', d[6], d[2])
+  table.insert(out, d[2])
+  table.insert(out, d[3])
+  table.insert(out, d[4])
+  table.insert(out, d[5])
 end
 return out
 """
@@ -654,36 +682,50 @@ class RedisStore:
         return out
 
     def sweep_expired(self, now_ms: int) -> list[Lease]:
-        """Remove the leases that are expired when the sweep script judges them.
+        """Remove the leases that are expired when the sweep script judges them (``sweep``)."""
+        return self.sweep(now_ms).expired
+
+    def sweep(self, now_ms: int, *, on_expired: OnExpired | None = None) -> SweepReport:
+        """Remove the leases that are expired when the sweep script judges them, and name the
+        lease keys that hold no lease (left as they are).
 
         The scan only finds candidates; the script re-reads each lease and removes it only if
-        it is still expired at that moment, so a renewal that lands in between is kept.
+        it is still expired at that moment, so a renewal that lands in between is kept. A key
+        whose name is no canonical bundle is reported without being judged. ``on_expired``
+        gets each batch's removed leases before the next batch is judged.
         """
         gone: list[Lease] = []
+        bad: list[str] = []
         batch: list[bytes] = []
-        prefix_len = len(self.keys.lease_prefix().encode())
+        prefix = self.keys.lease_prefix()
+        prefix_len = len(prefix.encode())
         now_arg = self._now(now_ms)
 
         def flush() -> None:
             res = self._sweep(keys=batch, args=[now_arg, self.p, prefix_len])
-            at_ms = int(res[0])
-            for i in range(1, len(res), 4):
-                bundle = res[i].decode() if isinstance(res[i], bytes) else res[i]
-                broker = res[i + 1].decode() if isinstance(res[i + 1], bytes) else res[i + 1]
-                lease = Lease(bundle, broker, int(res[i + 2]), int(res[i + 3]))
-                gone.append(lease)
-                # a key no canonical name maps to was removed too; nothing to record for it
-                with contextlib.suppress(InvalidInput):
-                    self._revoke(parse_bundle(bundle), broker, lease.token, at_ms, "sweep")
             batch.clear()
+            at_ms, n_bad = int(res[0]), int(res[1])
+            bad.extend(_text(x) for x in res[2 : 2 + n_bad])
+            removed = []
+            for i in range(2 + n_bad, len(res), 4):
+                lease = Lease(_text(res[i]), _text(res[i + 1]), int(res[i + 2]), int(res[i + 3]))
+                removed.append(lease)
+                self._revoke(parse_bundle(lease.bundle), lease.broker, lease.token, at_ms, "sweep")
+            gone.extend(removed)
+            if removed and on_expired is not None:
+                on_expired(sorted(removed, key=lambda x: x.bundle))
 
-        for key in self.r.scan_iter(match=f"{self.keys.lease_prefix()}*", count=1000):
+        for key in self.r.scan_iter(match=f"{prefix}*", count=1000):
+            name = key[prefix_len:].decode("utf-8", "replace")
+            if not _canonical(name):
+                bad.append(name)
+                continue
             batch.append(key)
             if len(batch) >= SWEEP_BATCH:
                 flush()
         if batch:
             flush()
-        return sorted(gone, key=lambda x: x.bundle)
+        return SweepReport(sorted(gone, key=lambda x: x.bundle), sorted(set(bad)))
 
     # -- lookup ------------------------------------------------------------------------------
     def lookup(self, topic: str, now_ms: int) -> tuple[str, Lease | None]:
@@ -761,11 +803,13 @@ class RedisStore:
 
     def read_leases(self, bundles: Sequence[str]) -> dict[str, Lease | None]:
         """The lease hashes of canonical bundle names in one round trip, as stored: not judged
-        against any clock (None: no lease key)."""
+        against any clock (None: no lease key, or a key that holds no lease, which the sweep
+        names: a placement counting a namespace's leases must not fail on it)."""
         pipe = self.r.pipeline(transaction=False)
         for b in bundles:
             pipe.hmget(self.keys.lease(b), *LEASE_FIELDS)
-        return {b: lease_from_fields(b, raw) for b, raw in zip(bundles, pipe.execute())}
+        raws = pipe.execute(raise_on_error=False)
+        return {b: _stored_lease(b, raw) for b, raw in zip(bundles, raws)}
 
     def open_tracking_connection(self, on_push: Any, timeout_s: float) -> tuple[Any, int]:
         """A new RESP3 connection (outside the pool) with broadcasting client tracking on for
@@ -826,6 +870,31 @@ class RedisStore:
     @functools.cached_property
     def processes(self) -> ProcessRegistry:
         return ProcessRegistry(self.r, self.p)
+
+
+def _text(x: bytes | str) -> str:
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def _stored_lease(bundle: str, raw: Any) -> Lease | None:
+    """``lease_from_fields``, with a key that holds no lease (``WRONGTYPE``, a field missing or
+    not a number) read as None; any other error is raised."""
+    if isinstance(raw, redis.ResponseError) and str(raw).startswith("WRONGTYPE"):
+        return None
+    if isinstance(raw, Exception):
+        raise raw
+    try:
+        return lease_from_fields(bundle, raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def _canonical(name: str) -> bool:
+    """Whether ``name`` is a bundle's canonical name, the only name lease keys are built from."""
+    try:
+        return parse_bundle(name).name == name
+    except InvalidInput:
+        return False
 
 
 def _live_lease(bundle: str, raw: Sequence[Any], now_ms: int) -> Lease | None:
