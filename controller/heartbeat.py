@@ -82,7 +82,7 @@ class ControllerHeartbeat:
         self._written = time.monotonic()
         try:
             self.registry.beat(ROLE, self.id, {**self.doc, "beatAtMs": self.wall_ms()})
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except redis.RedisError as e:  # READONLY, OOM, ... as well: the next beat tries again
             log.debug("registry beat skipped: Redis unavailable (%s)", e)
 
     def stopped(self) -> None:

@@ -16,6 +16,18 @@ the periodic sweep finds expired and every bundle it places again. A record's of
 committed only after its events are flushed to Kafka; the reconciler's event outbox covers a
 kill between the Redis change and the flush.
 
+**Faults.** Every error met while applying a record, sweeping or checking for a loss is named
+by one classification, ``controller.redis_faults.fault_kind``. A passing Redis fault (a dropped
+connection, a timeout, a ``READONLY``, ``OOM``, ``BUSY``, ``MASTERDOWN`` or ``LOADING`` reply, ...)
+is waited out: the record in hand is held un-committed (seek back, read it again after a
+back-off of 0.2 s doubling to 5 s), a sweep is skipped (the next one tries again), with a
+warning. Any other Redis reply and any unexpected exception is handled the same way but logged
+as an error (the traceback once per record): the loop holds what it cannot apply rather than
+exit, since a restarted controller would read the same record again while nobody swept
+expired leases (``controller.redis_faults`` argues the choice). Each is counted in
+``lbctl_control_redis_faults_total{kind}``. Only ``Transient`` from the event publisher (it
+was told to stop, or to give up) ends the loop.
+
 A Redis that lost its data (restarted without persistence) is rebuilt by the loop itself when
 given an ``AutoRecovery`` (``controller.recovery``; ``lbctl control`` does, unless
 ``--no-auto-recover``): it is checked at start, on every sweep and, with one GET of the epoch key,
@@ -39,7 +51,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controller.apply import APPLIED, REJECTED
@@ -48,14 +59,13 @@ from controller.heartbeat import ControllerHeartbeat
 from controller.kafka_watch import KafkaWatch, controller_client_id
 from controller.reconciler import Reconciler
 from controller.recovery import AutoRecovery
+from controller.redis_faults import fault_kind, is_transient
 from infra import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision
 from loadbalance.errors import InvalidDecision, Transient
 from metadata_store.ownership_redis import RedisStore
 
-REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError)
-"""Errors that mean Redis is away for now (a restart, a failover): wait and retry, not exit."""
 REDIS_BACKOFF_FIRST_S = 0.2
 REDIS_BACKOFF_MAX_S = 5.0
 RECOVERY_HOLD_S = 0.5
@@ -119,6 +129,7 @@ class Runner:
         self.kafka_watch: KafkaWatch | None = None
         self.reopen: Callable[[], Any] | None = None  # a fresh, subscribed consumer
         self._reopened_at = float("-inf")
+        self._traced: tuple[str, type] | None = None  # the unexpected error last traced
 
     def stop(self, *_: Any) -> None:
         """Signal handler: finish the record in hand, then end."""
@@ -131,7 +142,10 @@ class Runner:
         for e in events:
             metrics.OWNERSHIP_EVENTS_PUBLISHED.labels(event=e.event).inc()
             log.info("%s %s %s -> %s", e.event, e.bundle, e.old_owner, e.new_owner)
+        expired = sum(1 for e in events if e.event == EXPIRED)
         self.stats.events += len(events)
+        self.stats.expired += expired
+        metrics.CONTROL_LEASES_EXPIRED.inc(expired)
 
     def run(self) -> LoopStats:
         """Consume until stopped, ``max_messages`` records, or ``idle_timeout_s`` without one."""
@@ -192,33 +206,49 @@ class Runner:
         old, self.consumer = self.consumer, self.reopen()
         threading.Thread(target=old.close, name="close-stuck-consumer", daemon=True).start()
 
+    def _fault(self, what: str, e: Exception) -> str:
+        """Count and log an error the loop backs off from; its kind (module docstring)."""
+        kind = fault_kind(e)
+        metrics.CONTROL_REDIS_FAULTS.labels(kind=kind).inc()
+        if is_transient(e):
+            log.warning("%s: Redis cannot serve now (%s: %s)", what, kind, e)
+        elif kind == "reply":
+            log.error("%s: Redis refused (%s); held, fix the cause: %s", what, e, type(e).__name__)
+        elif self._traced != (what, type(e)):
+            self._traced = (what, type(e))
+            log.exception("%s: unexpected error, held and retried", what)
+        else:
+            log.error("%s: unexpected error again: %r", what, e)
+        return kind
+
     def _recover(self) -> None:
         """Detect or progress a data loss; count a recovery that happened."""
         try:
             report = self.reconciler.recover()
-        except REDIS_UNAVAILABLE as e:  # the next check tries again
-            log.warning("recovery check skipped: Redis unavailable (%s)", e)
-            return
         except Transient as e:
             log.warning("recovery postponed, token floor unknown: %s", e)
+            return
+        except Exception as e:  # the next check tries again
+            self._fault("recovery check skipped", e)
             return
         if report is not None:
             self.stats.recoveries += 1
             metrics.CONTROL_RECOVERIES.inc()
 
     def _sweep(self) -> None:
+        """One sweep; a fault skips the rest of it (what it removed is announced already,
+        what it did not place the next sweep places: ``controller.sweep``)."""
         try:
-            events = self.reconciler.sweep()
-        except REDIS_UNAVAILABLE as e:  # the next sweep tries again
-            log.warning("sweep skipped: Redis unavailable (%s)", e)
+            self.reconciler.sweep()
+        except Transient:
+            raise  # the publisher gave up: ends the loop, as for a decision's events
+        except Exception as e:  # the next sweep tries again
+            self._fault("sweep skipped", e)
             return
-        expired = sum(1 for e in events if e.event == EXPIRED)
         self.stats.sweeps += 1
         if self.heartbeat is not None:
             self.heartbeat.swept()
-        self.stats.expired += expired
         metrics.CONTROL_SWEEPS.inc()
-        metrics.CONTROL_LEASES_EXPIRED.inc(expired)
 
     def _poll(self) -> Any:
         """The next record, or None (nothing yet, or a consumer error); raises ``_Idle``."""
@@ -250,8 +280,8 @@ class Runner:
         try:
             if rec.loss_suspected():
                 self._recover()  # a loss since the last check: before this decision
-        except REDIS_UNAVAILABLE:
-            pass  # _process meets the outage and backs off
+        except Exception as e:  # _process meets the fault and backs off
+            log.debug("loss check skipped: %s", e)
         if not rec.holding:
             return False
         log.debug("recovery pending: record %s/%s held", msg.partition(), msg.offset())
@@ -263,15 +293,18 @@ class Runner:
         started = time.perf_counter()
         try:
             outcome = self._handle(msg, self.clock())
-        except REDIS_UNAVAILABLE as e:
+        except Transient:
+            raise  # the publisher gave up on Kafka: nothing committed, the loop ends
+        except Exception as e:
             # Nothing is committed: read the same record again after a bounded backoff.
             # The wait stays under max.poll.interval.ms, so the group keeps this consumer.
             delay = min(REDIS_BACKOFF_MAX_S, REDIS_BACKOFF_FIRST_S * 2**self.redis_failures)
             self.redis_failures += 1
-            log.warning("Redis unavailable (%s): record %s again in %.1f s", e, _where(msg), delay)
+            self._fault(f"record {_where(msg)} held, read again in {delay:.1f} s", e)
             self._hold(msg, delay)
             return
         self.redis_failures = 0
+        self._traced = None
         self._count(outcome)
         if self.heartbeat is not None:
             self.heartbeat.consumed()
@@ -290,8 +323,8 @@ class Runner:
                         _where(msg), e.args[0] if e.args else e)  # fmt: skip
 
     def _handle(self, msg: Any, now: int) -> str:
-        """Decode and reconcile one record; the outcome's name. Redis being unavailable
-        raises out of here before the offset is committed."""
+        """Decode and reconcile one record; the outcome's name. A fault raises out of here
+        before the offset is committed."""
         try:
             d = decode_decision(msg.value() or b"", max_bytes=self.max_decision_bytes)
         except InvalidDecision as e:

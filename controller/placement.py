@@ -5,8 +5,8 @@ short/long-term averages) to Redis; an assignment reads it, keeps only brokers t
 the registry, and runs the configured placement strategy through
 ``loadbalance.placement.pipeline.BrokerSelector``. Every lease granted here is an ownership
 change, so it comes back as an ``assigned`` ``OwnershipEvent`` (``assign_with_event``,
-``lookup_assign_event``); ``lookup_and_assign`` with a publisher and the control loop's sweep put
-them on the ownership-events topic.
+``lookup_assign_event``); ``lookup_and_assign`` with a publisher and the control loop's sweep
+(``controller.sweep``) put them on the ownership-events topic.
 
 **No herding.** The load data lags the lookups by a report interval or more, so a placement
 must count every assignment made before it, or a burst of lookups (a namespace unloaded, a
@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
-from controller.events import ASSIGNED, EXPIRED, EventPublisher, OwnershipEvent
+from controller.events import ASSIGNED, EventPublisher, OwnershipEvent
 from infra import metrics
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
@@ -346,48 +346,6 @@ def lookup_and_assign(
     return bundle, lease
 
 
-def sweep_and_reassign(
-    store: RedisStore, config: LoadBalancerConfig, now_ms: int
-) -> list[OwnershipEvent]:
-    """Remove expired leases and place their bundles again; return the ownership events.
-
-    Each swept lease gives an ``expired`` event (old owner and token); each bundle this call
-    placed again gives an ``assigned`` event (new owner and token), even on the same broker:
-    its new token is what followers must fence with. A bundle whose namespace no longer holds
-    it (split or merged meanwhile) is not reassigned. A bundle that cannot be placed now (no
-    live broker with load data) stays free and is assigned on its next lookup.
-    """
-    events: list[OwnershipEvent] = []
-    view: ClusterView | None = None
-    for lease in store.sweep_expired(now_ms):
-        events.append(
-            OwnershipEvent(
-                EXPIRED,
-                lease.bundle,
-                now_ms,
-                old_owner=lease.broker,
-                old_token=lease.token,
-                reason=f"lease expired at {lease.expires_at_ms}",
-            )
-        )
-        ns = store.get_namespace(bundle_namespace(lease.bundle))
-        if ns is None or not ns.contains(lease.bundle):
-            continue
-        if view is None:
-            view = base_view(store, config, now_ms)
-        _, event = assign_with_event(
-            store,
-            lease.bundle,
-            config,
-            now_ms,
-            reason=f"reassigned: {lease.broker} expired",
-            view=view,
-        )
-        if event is not None:
-            events.append(event)
-    return events
-
-
 __all__ = [
     "MAX_PLACEMENT_ATTEMPTS",
     "Placement",
@@ -401,5 +359,4 @@ __all__ = [
     "lookup_assign_event",
     "place",
     "put_load_snapshot",
-    "sweep_and_reassign",
 ]

@@ -15,7 +15,9 @@ its events are two systems, so a process can be killed between them. The leases 
 applying are saved in the outbox first and cleared only after ``publish`` returned; the
 replayed decision (found ``already_satisfied`` or ``duplicate``) publishes its events from the
 saved entry. Sweep events have no outbox: a sweep killed before its delivery loses its
-``expired``/``assigned`` events (Redis stays right).
+``expired``/``assigned`` events (Redis stays right); a sweep that meets a fault has delivered
+the ``expired`` events of every lease it removed, and keeps the bundles it has not placed
+again for the next sweep (``controller.sweep``).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from controller.apply import (
 )
 from controller.events import ASSIGNED, MERGED, RELEASED, TRANSFERRED, OwnershipEvent
 from controller.events import SPLIT as SPLIT_EVENT
-from controller.placement import sweep_and_reassign
 from controller.recovery import AutoRecovery, RecoveryReport, recovery_events, summary
+from controller.sweep import SweepState, sweep_and_reassign
 from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
@@ -218,6 +220,7 @@ class Reconciler:
         self.dry_run = dry_run
         self.config = config
         self.recovery = None if dry_run else recovery
+        self.sweep_state = SweepState()
         # decisions from the topic are admitted by their decider term (controller.apply)
         self.terms = DeciderLease.of(store)
 
@@ -247,12 +250,16 @@ class Reconciler:
         return Outcome(f"record:{where}", REJECTED, reason)
 
     def sweep(self) -> list[OwnershipEvent]:
-        """Expire lapsed leases, place their bundles again, publish and return the events."""
+        """Expire lapsed leases, place their bundles again; publish and return the events.
+
+        The ``expired`` events are published as the store removes the leases, before any
+        placement is tried; bundles a fault kept from being placed are placed by the next
+        sweep (``controller.sweep``)."""
         if self.config is None:
             return []
-        events = sweep_and_reassign(self.store, self.config, self.clock())
-        self.publish(events)
-        return events
+        return sweep_and_reassign(
+            self.store, self.config, self.clock(), publish=self.publish, state=self.sweep_state
+        )
 
     @property
     def holding(self) -> bool:

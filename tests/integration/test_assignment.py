@@ -100,7 +100,7 @@ def test_no_live_broker_with_load_data_means_no_owner(fresh_redis: redis.Redis) 
 
 
 def test_expired_leases_are_swept_and_reassigned_to_live_brokers(fresh_redis: redis.Redis) -> None:
-    from controller.placement import sweep_and_reassign
+    from controller.sweep import sweep_and_reassign
 
     store = RedisStore(fresh_redis, prefix="sw")
     store.create_namespace(NS, 4)

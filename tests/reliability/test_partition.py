@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.placement import assign, put_load_snapshot, sweep_and_reassign
+from controller.placement import assign, put_load_snapshot
+from controller.sweep import sweep_and_reassign
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.errors import Conflict
 from loadbalance.model import LocalBrokerData, ResourceUsage
