@@ -37,7 +37,9 @@ The policy cycle's place and order (``streaming.decide.DecisionStage``): one cyc
 batch, on the batch's own thread, through one method (``_complete_cycle``), exactly once
 per commit that says ``cycle_pending``:
 
-1. the batch's rows are collected (Spark runs the plan; the view is not touched);
+1. the batch's rows are collected (Spark runs the plan; the view is not touched); a job that
+   does not hold the decider lease (``streaming.decider``) goes no further, and a cycle
+   publishes only once it has confirmed the lease is still its own;
 2. a stage without a view seeds it from Redis; if the progress it reads says ``cycle_pending``
    (the process stopped, or the cycle failed, after that batch's commit) the cycle runs now,
    over the view just read, which is the view committed with that batch;
