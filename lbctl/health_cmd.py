@@ -288,8 +288,7 @@ def by_job_clock(verdict: Verdict, wall_ms: int | None, now_ms: int, max_age_s: 
 
 def _report(args: argparse.Namespace, verdict: Verdict, checks: list[dict[str, Any]]) -> int:
     """Print the verdict (one line, or ``--json``) and the placement lines; the exit status."""
-    placement = _policy_lines(args)
-    settings = _redis_settings(args)
+    placement, settings = _redis_views(args)
     if settings is not None and settings.refusal and verdict.healthy:
         verdict = replace(verdict, healthy=False, message=f"redis: {settings.refusal}")
     state = "healthy" if verdict.healthy else "unhealthy"
@@ -319,14 +318,24 @@ def _redis_client(url: str, config: LoadBalancerConfig) -> redis.Redis:
     )
 
 
-def _redis_settings(args: argparse.Namespace) -> health_redis.RedisCheck | None:
-    """The Redis settings and their verdict, when a Redis is known (None otherwise)."""
+def _redis_views(args: argparse.Namespace) -> tuple[list[str], health_redis.RedisCheck | None]:
+    """The placement lines and the Redis settings with their verdict, over one client, when
+    a Redis is known (nothing otherwise). A Redis that does not answer the settings read is
+    not asked for the placement lines: one probe timeout, not two."""
     try:
         config = load_from_args(args, quiet=True)
     except ConfigError:
-        return None
+        return [], None
     url = args.redis_url or config.redis_url
-    return health_redis.inspect(url, config) if url else None
+    if not url:
+        return [], None
+    client = _redis_client(url, config)
+    try:
+        settings = health_redis.inspect(client, url, config)
+        placement = _policy_lines(client, config) if settings.error is None else []
+    finally:
+        client.close()
+    return placement, settings
 
 
 def _control_from_registry(
@@ -377,18 +386,10 @@ def _save_quietly(path: Path, seen: Seen) -> None:
         save_seen(path, seen)
 
 
-def _policy_lines(args: argparse.Namespace) -> list[str]:
+def _policy_lines(client: redis.Redis, config: LoadBalancerConfig) -> list[str]:
     """Namespaces the placement policies leave with no eligible live broker (``P:policies``
-    against the registry), when a Redis is known; nothing when it cannot be read. They do not
+    against the registry); nothing when they cannot be read. They do not
     change the exit status: the process is not at fault, and restarting it would not help."""
-    try:
-        config = load_from_args(args, quiet=True)
-    except ConfigError:
-        return []
-    url = args.redis_url or config.redis_url
-    if not url:
-        return []
-    client = _redis_client(url, config)
     try:
         store = RedisStore(client, config.redis_key_prefix, clock="server")
         live = store.live_brokers(store.server_time_ms())
@@ -401,8 +402,6 @@ def _policy_lines(args: argparse.Namespace) -> list[str]:
         return policy_problems(store, live, usage)
     except (redis.RedisError, LoadBalancerError, ValueError):
         return []
-    finally:
-        client.close()
 
 
 class _ProbeError(Exception):

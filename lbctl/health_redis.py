@@ -16,7 +16,6 @@ from typing import Any
 
 import redis
 
-from infra.redis_client import PROBE_TIMEOUT_S, connect
 from infra.redis_settings import RedisSettings, SettingsVerdict, judge, read_settings
 from loadbalance.config import LoadBalancerConfig, redact_url
 
@@ -54,21 +53,13 @@ class RedisCheck:
         }
 
 
-def inspect(url: str, config: LoadBalancerConfig) -> RedisCheck:
-    """Read and judge the settings of the Redis at ``url``; a Redis that does not answer is
-    a ``RedisCheck`` with ``error`` (the progress checks already judge an unreachable one)."""
-    client = connect(
-        url,
-        config,
-        purpose="health",
-        socket_timeout=PROBE_TIMEOUT_S,
-        socket_connect_timeout=PROBE_TIMEOUT_S,
-    )
+def inspect(client: redis.Redis, url: str, config: LoadBalancerConfig) -> RedisCheck:
+    """Read and judge the settings of the Redis at ``url`` over ``client``; a Redis that does
+    not answer is a ``RedisCheck`` with ``error`` (the progress checks already judge an
+    unreachable one)."""
     try:
         settings = read_settings(client)
     except redis.RedisError as e:
         return RedisCheck(None, None, f"Redis at {redact_url(url)}: {e}")
-    finally:
-        client.close()
     verdict = judge(settings, redact_url(url), config.redis_allow_evicting_policy)
     return RedisCheck(settings, verdict)
