@@ -227,3 +227,27 @@ def test_leader_broker_shows_the_decider_and_the_live_controllers(
     assert main(argv[:-1]) == 0  # the table
     table = capsys.readouterr().out
     assert "host-a:4711:aaaa" in table and "ctl:1" in table and "stale" in table
+
+
+def test_a_real_job_stamps_its_decisions_and_the_controller_applies_them(
+    spark, kafka_bootstrap, redis_url, fresh_redis, unique_topic, tmp_path
+) -> None:
+    """End to end on Spark, Kafka and Redis: the job's decisions carry the term it took and its
+    id, its last batch renewed the lease, and the reconciler admits and applies them."""
+    from loadbalance.decisions import decode_decision
+    from metadata_store.decider_lease import decider_id
+    from tests.integration.test_streaming_job import _read_all, _run, overloaded_cluster
+
+    config, _ = overloaded_cluster(kafka_bootstrap, fresh_redis, unique_topic)
+    stats = _run(spark, kafka_bootstrap, redis_url, config, tmp_path / "ckpt")
+    records = _read_all(kafka_bootstrap, config.decisions_topic)
+    decisions = [decode_decision(v) for _, v, _, _ in records]
+    assert decisions and {(d.term, d.decider) for d in decisions} == {(1, decider_id())}
+    info = DeciderLease(fresh_redis, config.redis_key_prefix).read()
+    assert info is not None and info.holder == decider_id() and info.term == 1
+    assert info.last_batch == max(s.batch_id for s in stats)
+    store = RedisStore(fresh_redis, config.redis_key_prefix)
+    rec = Reconciler(store, publish=lambda _e: None, clock=lambda: 10**12)
+    outcomes = [rec.reconcile(d) for d in decisions]
+    assert not [o for o in outcomes if o.reason.startswith("refused")]
+    assert len({o.decision_id for o in outcomes}) == len(decisions)
