@@ -183,6 +183,7 @@ def _busy_start(s: Scene) -> None:
 def _busy_clear(s: Scene) -> None:
     wait_for("the busy script killed", lambda: _script_kill(s.admin), 10)
     _busy_threads.pop().join(10)
+    wait_for("Redis answers again", lambda: _answers(s.admin), 10)
     s.admin.config_set("busy-reply-threshold", 5000)
 
 
@@ -192,6 +193,13 @@ def _script_kill(r: redis.Redis) -> bool:
     except redis.ResponseError as e:
         return "NOTBUSY" in str(e)
     return True
+
+
+def _answers(r: redis.Redis) -> bool:
+    try:
+        return bool(r.ping())
+    except redis.ResponseError:  # BUSY until the killed script has stopped
+        return False
 
 
 def _url_of(r: redis.Redis) -> str:
