@@ -195,8 +195,11 @@ class FastSim:
         *,
         seed: int = 0,
         keep_reports: bool = False,
+        report_lag_cycles: int = 0,
     ) -> None:
         self.scenario = scenario
+        self.report_lag_cycles = report_lag_cycles
+        self._ownership_log: list[tuple[dict[str, NamespaceBundles], dict[str, str]]] = []
         self.config = config
         self.seed = seed
         self.rng = random.Random(seed)
@@ -375,8 +378,9 @@ class FastSim:
         t0 = time.perf_counter()
         self._lookups(cycle, now_ms)
         lookup_ms = (time.perf_counter() - t0) * 1000.0
+        namespaces, owners = self._reported_ownership()
         reports, _ = reports_at(
-            self.scenario.model, self.namespaces, self.owners, sorted(self.live), now_ms, self.rng
+            self.scenario.model, namespaces, owners, sorted(self.live), now_ms, self.rng
         )
         self._drop_reported_preallocations(reports)
         t1 = time.perf_counter()
@@ -414,6 +418,16 @@ class FastSim:
         if self._check_policies:
             self._record_violations(cycle)
         run.cycles = cycle + 1
+
+    def _reported_ownership(self) -> tuple[dict[str, NamespaceBundles], dict[str, str]]:
+        """The ownership the brokers report this cycle: the store's now, or with
+        ``report_lag_cycles`` the store's that many cycles ago (reports that do not show the
+        latest moves yet, as a live broker's may not for minutes: ``loadbalance.in_flight``)."""
+        if not self.report_lag_cycles:
+            return self.namespaces, self.owners
+        self._ownership_log.append((dict(self.namespaces), dict(self.owners)))
+        del self._ownership_log[: -(self.report_lag_cycles + 1)]
+        return self._ownership_log[0]
 
     def _record_violations(self, cycle: int) -> None:
         """Judge the ownership at the cycle's end against the scenario's policies."""
