@@ -40,24 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "renew the leases of the bundles it reports. 'lbctl agent status' shows, from the "
         "serving file, which bundles the broker may serve now.",
     )
-    p.add_argument(
-        "action",
-        nargs="?",
-        choices=("run", "status"),
-        default="run",
-        help="run (default): the agent loop; status: what the running agent lets its broker "
-        "serve now, read from the serving file",
-    )
-    p.add_argument(
-        "--broker-id", default="", help="broker id; also the Kafka record key (needed to run)"
-    )
-    p.add_argument(
-        "--serving-file",
-        default=default_serving_file(),
-        help="the file the agent rewrites after every check with each bundle's serve-until "
-        "time (the broker integration's hook; 'status' reads it; default: %(default)s)",
-    )
-    p.add_argument("--json", action="store_true", help="status: print JSON")
+    _add_status_arguments(p)
     p.add_argument(
         "--bootstrap-servers",
         default="",
@@ -98,6 +81,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(p)
     metrics.add_metrics_argument(p)
     p.set_defaults(func=run_agent, check_usage=check_agent_usage)
+
+
+def _add_status_arguments(p: argparse.ArgumentParser) -> None:
+    """The action (run or status), the broker id and the serving file both actions share."""
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("run", "status"),
+        default="run",
+        help="run (default): the agent loop; status: what the running agent lets its broker "
+        "serve now, read from the serving file",
+    )
+    p.add_argument(
+        "--broker-id", default="", help="broker id; also the Kafka record key (needed to run)"
+    )
+    p.add_argument(
+        "--serving-file",
+        default=default_serving_file(),
+        help="the file the agent rewrites after every check with each bundle's serve-until "
+        "time (the broker integration's hook; 'status' reads it; default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="status: print JSON")
 
 
 def check_agent_usage(args: argparse.Namespace) -> int | None:
