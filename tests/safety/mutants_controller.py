@@ -1,4 +1,5 @@
-"""Mutants of the controller's guards: the applier's pre-checks and the placement's guards.
+"""Mutants of the controller's guards: the applier's pre-checks, the placement's guards, the
+sweep's order and the runner's classification of Redis faults.
 
 Why: the store's scripts refuse most unsafe writes on their own, so a controller pre-check that
 is gone often changes only the outcome the controller records (``rejected`` with its reason,
@@ -9,6 +10,15 @@ that answer or that race (``tests/safety/test_controller_guards.py`` forces the 
 hostile-decision oracle (``tests/fuzz/test_bad_decisions.py``, 1,500 stale decisions checked
 against an outcome written from the documented rules) kills the applier's mutants too; it is
 not in their lists because it takes tens of seconds.
+
+The runner (``controller/loop.py``) holds a record it cannot apply and skips a sweep on any
+fault; ``controller/redis_faults.py`` names which faults are passing ones (``READONLY``,
+``OOM``, ``BUSY``, ``MASTERDOWN``, ``LOADING``, a dropped connection). Its mutants drop one
+class from that set, or re-raise where the runner must hold on; the loop's are killed by the
+running loop under a real ``READONLY`` (``tests/reliability/test_controller_ordinary_faults``).
+The sweep's own check that a bundle is still current before placing it is not a mutant: the
+store's acquire refuses a bundle that is not current with the same exception
+(``redis.acquire.current_bundle``), so removing the sweep's copy alone changes nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +27,21 @@ from tests.safety.mutant import Mutant
 
 APPLY = "controller/apply.py"
 PLACEMENT = "controller/placement.py"
+SWEEP = "controller/sweep.py"
+FAULTS = "controller/redis_faults.py"
+LOOP = "controller/loop.py"
 
 T_APPLY = "tests/integration/test_apply.py"
 T_DECIDER = "tests/integration/test_one_decider.py"
 T_KNOBS = "tests/integration/test_apply_knobs.py"
 T_ASSIGN = "tests/integration/test_assignment.py"
 T_HERD = "tests/integration/test_placement_no_herding.py"
+T_SWEEP = "tests/integration/test_sweep_faults.py"
+T_FAULTS = "tests/unit/test_redis_faults.py"
+T_ORDINARY = (
+    "tests/reliability/test_controller_ordinary_faults.py::"
+    "test_the_running_loop_survives_the_fault_and_loses_nothing"
+)
 GUARDS = "tests/safety/test_controller_guards.py"
 
 
@@ -162,15 +181,6 @@ PLACEMENT_MUTANTS: tuple[Mutant, ...] = (
         (),
     ),
     Mutant(
-        "placement.sweep.current",
-        "the sweep reassigns a bundle only while its namespace still holds it",
-        PLACEMENT,
-        "        if ns is None or not ns.contains(lease.bundle):\n            continue",
-        "        if ns is None:\n            continue",
-        (),
-        (_g("test_a_swept_bundle_split_before_its_reassignment_is_left_free"),),
-    ),
-    Mutant(
         "placement.version_cas",
         "a placement takes its lease only if no placement was recorded since it counted",
         PLACEMENT,
@@ -193,4 +203,80 @@ PLACEMENT_MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
-CONTROLLER_MUTANTS: tuple[Mutant, ...] = APPLY_MUTANTS + PLACEMENT_MUTANTS
+SWEEP_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "sweep.expired.announced_first",
+        "each batch's expired events are delivered before any placement (a fault loses none)",
+        SWEEP,
+        "        if publish is not None:\n            publish(batch)\n",
+        "",
+        (f"{T_SWEEP}::test_a_fault_after_the_sweep_script_loses_no_expiry_and_no_reassignment",),
+        (),
+    ),
+    Mutant(
+        "sweep.unplaced.kept",
+        "a bundle whose destination lapsed before the acquire stays for the next sweep",
+        SWEEP,
+        "                view = None  # the live brokers changed: read them again\n",
+        "                view = None  # the live brokers changed: read them again\n"
+        "                del state.unplaced[bundle]\n",
+        (),
+        (_g("test_a_bundle_whose_destination_lapsed_is_placed_by_the_next_sweep"),),
+    ),
+)
+
+FAULT_MUTANTS: tuple[Mutant, ...] = (
+    *(
+        Mutant(
+            f"faults.{code.lower()}.transient",
+            f"{code} replies are waited out as a passing fault (dropped from the transient set)",
+            FAULTS,
+            f'    "{code}",\n',
+            "",
+            (f"{T_FAULTS}::test_replies_that_mean_not_now_are_transient",),
+            (),
+        )
+        for code in ("READONLY", "OOM", "BUSY", "MASTERDOWN", "LOADING")
+    ),
+    Mutant(
+        "faults.connection.transient",
+        "a dropped connection is waited out as a passing fault",
+        FAULTS,
+        '{"connection", "timeout", *(',
+        '{"timeout", *(',
+        (f"{T_FAULTS}::test_dropped_connections_and_timeouts_are_transient",),
+        (),
+    ),
+    Mutant(
+        "faults.script_wrapped",
+        "a reply code wrapped in a script error (ERR ... -OOM ...) is still recognised",
+        FAULTS,
+        'if code == known or f"-{known} " in text:',
+        "if code == known:",
+        (f"{T_FAULTS}::test_replies_that_mean_not_now_are_transient",),
+        (),
+    ),
+    Mutant(
+        "loop.record_fault.held",
+        "a fault while applying a record holds it and backs off (re-raised: the loop dies)",
+        LOOP,
+        '            self._fault(f"record {_where(msg)} held, read again in {delay:.1f} s", e)\n',
+        '            self._fault(f"record {_where(msg)} held, read again in {delay:.1f} s", e)\n'
+        "            raise\n",
+        (f"{T_ORDINARY}[readonly]",),
+        (),
+    ),
+    Mutant(
+        "loop.sweep_fault.skipped",
+        "a fault in the sweep skips it until the next one (re-raised: the loop dies)",
+        LOOP,
+        '            self._fault("sweep skipped", e)\n            return\n',
+        '            self._fault("sweep skipped", e)\n            raise\n',
+        (f"{T_ORDINARY}[readonly]",),
+        (),
+    ),
+)
+
+CONTROLLER_MUTANTS: tuple[Mutant, ...] = (
+    APPLY_MUTANTS + PLACEMENT_MUTANTS + SWEEP_MUTANTS + FAULT_MUTANTS
+)

@@ -5,9 +5,10 @@ a stale namespace version, but a controller pre-check decides what a *decision* 
 transfer from a broker that no longer owns the bundle is stale and must not move it (the store
 would happily move it from its current owner), a dry run must answer what the real run would,
 a transfer to the current owner must not fence it with a new token, and a split or merge
-computed from a namespace version that moved must not be applied on the new one. Each test
-here fails when its one guard in ``controller/apply.py`` or ``controller/placement.py`` is
-removed (``tests/safety/mutants_controller.py`` names the mutant), and ends with the
+computed from a namespace version that moved must not be applied on the new one; the sweep
+must keep a bundle it could not place for the next sweep. Each test here fails when its one
+guard in ``controller/apply.py`` or ``controller/sweep.py`` is removed
+(``tests/safety/mutants_controller.py`` names the mutant); the applier's tests end with the
 independent history checker over what the store granted.
 """
 
@@ -17,8 +18,9 @@ import pytest
 import redis
 
 from controller.apply import ALREADY_SATISFIED, CONFLICT, REJECTED, apply_decision
-from controller.events import EXPIRED
-from controller.placement import put_load_snapshot, sweep_and_reassign
+from controller.events import ASSIGNED, EXPIRED
+from controller.placement import put_load_snapshot
+from controller.sweep import SweepState, sweep_and_reassign
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, Decision, make_decision
 from loadbalance.lease_checker import check_history
@@ -160,31 +162,37 @@ def test_a_reshape_computed_from_a_version_that_moved_is_a_conflict(
     _clean(rec)
 
 
-def test_a_swept_bundle_split_before_its_reassignment_is_left_free(
+def test_a_bundle_whose_destination_lapsed_is_placed_by_the_next_sweep(
     fresh_redis: redis.Redis,
 ) -> None:
-    """A split lands between the sweep's script and its placement of the swept bundle: the
-    bundle is no longer current, so the sweep must leave it (its children are placed on their
-    next lookup) instead of placing a bundle that no longer exists."""
+    """The broker the sweep chose lets its registration lapse between the view and the
+    acquire: the bundle is announced expired, passed over now, and placed by the next sweep
+    (dropping it would leave it free until some client's lookup)."""
     store = RedisStore(fresh_redis, "sw")
     store.create_namespace(NS, 4)
-    store.register_broker("dying", now_ms=0, ttl_ms=1_000)
+    store.register_broker("dying", now_ms=0, ttl_ms=FOREVER)
     store.register_broker("alive", now_ms=0, ttl_ms=FOREVER)
     report = LocalBrokerData(broker="alive", cpu=ResourceUsage(10, 100))
     put_load_snapshot(store, {"alive": {"report": report_to_dict(report), "updatedAtMs": 0}}, {})
-    names = store.get_namespace(NS).bundle_names
-    old = store.acquire(names[0], "dying", now_ms=0, ttl_ms=500)
-    real_sweep = store.sweep_expired
+    bundle = store.get_namespace(NS).bundle_names[0]
+    old = store.acquire(bundle, "dying", now_ms=0, ttl_ms=500)
+    real_acquire = store.acquire_placed
+    lapsed: list[str] = []
 
-    def sweep_then_split(*args: object, **kwargs: object) -> object:
-        gone = real_sweep(*args, **kwargs)  # type: ignore[arg-type]
-        RedisStore(fresh_redis, "sw").split_bundle(names[0], [0x20000000])
-        return gone
+    def lapse_then_acquire(b: str, dest: str, *args: object, **kwargs: object) -> object:
+        if not lapsed:  # the chosen broker's registration ends right before the acquire
+            lapsed.append(dest)
+            store.register_broker(dest, now_ms=0, ttl_ms=1)
+        return real_acquire(b, dest, *args, **kwargs)  # type: ignore[arg-type]
 
-    store.sweep_expired = sweep_then_split  # type: ignore[method-assign]
-    events = sweep_and_reassign(store, LoadBalancerConfig(), now_ms=2_000)
-    assert [(e.event, e.bundle, e.old_token) for e in events] == [(EXPIRED, names[0], old.token)], (
-        "expired and not placed again"
-    )
-    children = store.get_namespace(NS).bundle_names[:2]
-    assert [store.owner(c, 2_001) for c in children] == [None, None]
+    store.acquire_placed = lapse_then_acquire  # type: ignore[method-assign]
+    state = SweepState()
+    first = sweep_and_reassign(store, LoadBalancerConfig(), 2_000, state=state)
+    assert [(e.event, e.bundle, e.old_token) for e in first] == [(EXPIRED, bundle, old.token)]
+    assert lapsed == ["alive"] and list(state.unplaced) == [bundle], "kept for the next sweep"
+    store.register_broker("alive", now_ms=2_000, ttl_ms=FOREVER)  # it heartbeats again
+    second = sweep_and_reassign(store, LoadBalancerConfig(), 2_001, state=state)
+    owner = store.owner(bundle, 2_001)
+    assert owner is not None and owner.broker == "alive" and owner.token > old.token
+    assert [(e.event, e.bundle, e.new_token) for e in second] == [(ASSIGNED, bundle, owner.token)]
+    assert state.unplaced == {}
