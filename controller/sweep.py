@@ -124,8 +124,10 @@ def sweep_and_reassign(
             publish(batch)
         events.extend(batch)
 
-    report = store.sweep(now_ms, on_expired=announce)
-    state.malformed(report.malformed, store.keys.lease_prefix())
+    def malformed(names: list[str]) -> None:
+        state.malformed(names, store.keys.lease_prefix())
+
+    store.sweep_expired(now_ms, on_expired=announce, on_malformed=malformed)
     events.extend(_place_again(store, config, now_ms, state, publish))
     return events
 

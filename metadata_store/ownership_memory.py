@@ -26,7 +26,7 @@ from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_history import NamespaceVersion, Recorder, Revocation
 from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
 from metadata_store.outcomes import MemoryOutcomeLog
-from metadata_store.sweeps import OnExpired, SweepReport
+from metadata_store.sweeps import OnExpired, OnMalformed
 
 __all__ = ["MemoryStore"]
 
@@ -299,25 +299,28 @@ class MemoryStore:
                 if lease.broker == broker and lease.expires_at_ms > now_ms
             }
 
-    def sweep_expired(self, now_ms: int) -> list[Lease]:
-        return self.sweep(now_ms).expired
-
-    def sweep(self, now_ms: int, *, on_expired: OnExpired | None = None) -> SweepReport:
-        """``RedisStore.sweep``: one batch, judged whole under the lock before any removal;
-        ``malformed`` is always empty, since this store holds only ``Lease`` values."""
+    def sweep_expired(
+        self,
+        now_ms: int,
+        *,
+        on_expired: OnExpired | None = None,
+        on_malformed: OnMalformed | None = None,
+    ) -> list[Lease]:
+        """``RedisStore.sweep_expired``: one batch, judged whole under the lock before any
+        removal; nothing is ever malformed, since this store holds only ``Lease`` values."""
         with self._lock:
             now_ms = self._time(now_ms)
             self._seen(now_ms)
-            gone = sorted(
-                (x for x in self._leases.values() if x.expires_at_ms <= now_ms),
-                key=lambda x: x.bundle,
-            )
+            gone = [x for x in self._leases.values() if x.expires_at_ms <= now_ms]
+            gone.sort(key=lambda x: x.bundle)
             for lease in gone:
                 del self._leases[lease.bundle]
                 self._revoke(lease, now_ms, "sweep")
         if gone and on_expired is not None:
             on_expired(list(gone))
-        return SweepReport(gone, [])
+        if on_malformed is not None:
+            on_malformed([])
+        return gone
 
     # -- lookup ------------------------------------------------------------------------------
     def lookup(self, topic: str, now_ms: int) -> tuple[str, Lease | None]:

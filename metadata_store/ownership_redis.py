@@ -63,7 +63,7 @@ from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.placement_state import PlacementChanged, Preallocations
 from metadata_store.processes import ProcessRegistry
 from metadata_store.recovery_state import RecoveryState
-from metadata_store.sweeps import OnExpired, SweepReport
+from metadata_store.sweeps import OnExpired, OnMalformed
 
 # Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
 # (``TIME``) when the store runs with ``clock="server"`` and passes an empty string. Judging a
@@ -681,18 +681,21 @@ class RedisStore:
                 out[b] = lease
         return out
 
-    def sweep_expired(self, now_ms: int) -> list[Lease]:
-        """Remove the leases that are expired when the sweep script judges them (``sweep``)."""
-        return self.sweep(now_ms).expired
-
-    def sweep(self, now_ms: int, *, on_expired: OnExpired | None = None) -> SweepReport:
-        """Remove the leases that are expired when the sweep script judges them, and name the
-        lease keys that hold no lease (left as they are).
+    def sweep_expired(
+        self,
+        now_ms: int,
+        *,
+        on_expired: OnExpired | None = None,
+        on_malformed: OnMalformed | None = None,
+    ) -> list[Lease]:
+        """Remove the leases that are expired when the sweep script judges them; return them
+        sorted by bundle.
 
         The scan only finds candidates; the script re-reads each lease and removes it only if
         it is still expired at that moment, so a renewal that lands in between is kept. A key
-        whose name is no canonical bundle is reported without being judged. ``on_expired``
-        gets each batch's removed leases before the next batch is judged.
+        that holds no lease is left alone and named to ``on_malformed``; one whose name is no
+        canonical bundle is not even judged. ``on_expired`` gets each batch's removed leases
+        before the next batch is judged (``metadata_store.sweeps``).
         """
         gone: list[Lease] = []
         bad: list[str] = []
@@ -725,7 +728,9 @@ class RedisStore:
                 flush()
         if batch:
             flush()
-        return SweepReport(sorted(gone, key=lambda x: x.bundle), sorted(set(bad)))
+        if on_malformed is not None:
+            on_malformed(sorted(set(bad)))
+        return sorted(gone, key=lambda x: x.bundle)
 
     # -- lookup ------------------------------------------------------------------------------
     def lookup(self, topic: str, now_ms: int) -> tuple[str, Lease | None]:

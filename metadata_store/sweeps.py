@@ -1,30 +1,24 @@
-"""What one expiry sweep of an ownership store did: the leases it removed and the lease keys it
-could not read as leases.
+"""The callbacks of an expiry sweep (``sweep_expired`` of either ownership store).
 
-Why a report and not only the list of removed leases: a key under the lease prefix that holds
-no lease (a plain string, a hash without ``expires``, a name that is no canonical bundle) must be
-named to the operator and passed over, never crash the sweep or stop it from removing the
-other expired leases. Both stores give this type, so the controller's sweep runs on either.
+Why callbacks: the controller must announce the leases a sweep removed before anything else can
+fail (``on_expired``, called per batch as soon as the store removed it), and a key under the
+lease prefix that holds no lease (a plain string, a hash without ``expires``, a name that is no
+canonical bundle) must be named to the operator and passed over, never crash the sweep or stop it
+from removing the other expired leases (``on_malformed``). Both stores take them, so the
+controller's sweep runs on either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from metadata_store.leases import Lease
 
-__all__ = ["OnExpired", "SweepReport"]
+__all__ = ["OnExpired", "OnMalformed"]
 
 OnExpired = Callable[[list[Lease]], None]
-"""Called with each group of leases as soon as the store removed them, before it judges the
-next group: the controller announces them before anything else can fail."""
+"""Called with each batch of removed leases (sorted by bundle) before the next batch is judged."""
 
-
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    """``expired``: the leases removed, sorted by bundle. ``malformed``: the names (after the
-    lease prefix) of keys that hold no lease, left as they are, sorted."""
-
-    expired: list[Lease] = field(default_factory=list)
-    malformed: list[str] = field(default_factory=list)
+OnMalformed = Callable[[list[str]], None]
+"""Called once per sweep, at its end, with the names (after the lease prefix, sorted) of the keys
+that hold no lease, left as they are; an empty list when there is none."""

@@ -21,8 +21,8 @@ from infra import metrics
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.model import LocalBrokerData, ResourceUsage
 from loadbalance.report_codec import report_to_dict
+from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
-from metadata_store.sweeps import SweepReport
 
 NS = "acme/sweepfault"
 
@@ -37,8 +37,8 @@ class _FailsAfterSweep(RedisStore):
 
     fail = True
 
-    def sweep(self, now_ms: int, **kw: Any) -> SweepReport:
-        report = super().sweep(now_ms, **kw)
+    def sweep_expired(self, now_ms: int, **kw: Any) -> list[Lease]:
+        report = super().sweep_expired(now_ms, **kw)
         if self.fail:
             self.fail = False
             self.broken = True

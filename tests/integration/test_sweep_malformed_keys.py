@@ -50,16 +50,21 @@ def test_a_malformed_lease_key_is_reported_and_every_expired_lease_still_swept(
     MALFORMED[how](fresh_redis, store.keys.lease(bad))
     monkeypatch.setattr(ownership_redis, "SWEEP_BATCH", 3)  # several scripts, each judged whole
     batches: list[list[str]] = []
-    report = store.sweep(1_000, on_expired=lambda ls: batches.append([x.bundle for x in ls]))
-    swept = [x.bundle for x in report.expired]
+    malformed: list[list[str]] = []
+    expired = store.sweep_expired(
+        1_000,
+        on_expired=lambda ls: batches.append([x.bundle for x in ls]),
+        on_malformed=malformed.append,
+    )
+    swept = [x.bundle for x in expired]
     assert swept == sorted(set(names) - {bad}), "every expired lease is reported"
-    assert sorted(b for batch in batches for b in batch) == swept
-    assert report.malformed == [bad]
+    assert sorted(b for batch in batches for b in batch) == swept and len(batches) >= 3
+    assert malformed == [[bad]]
     assert fresh_redis.exists(store.keys.lease(bad)), "left for the operator"
     assert not any(fresh_redis.exists(store.keys.lease(b)) for b in swept)
     assert fresh_redis.smembers(store.keys.owned("b1")) == set()
-    again = store.sweep(2_000)
-    assert (again.expired, again.malformed) == ([], [bad]), "the key blocks no later sweep"
+    assert store.sweep_expired(2_000, on_malformed=malformed.append) == []
+    assert malformed[-1] == [bad], "the key blocks no later sweep"
 
 
 def test_a_key_named_after_no_canonical_bundle_is_reported_not_judged(
@@ -70,9 +75,9 @@ def test_a_key_named_after_no_canonical_bundle_is_reported_not_judged(
     upper = f"{store.keys.lease_prefix()}{NS}/0x00000000_0x7FFFFFFF"
     fresh_redis.hset(upper, mapping={"broker": "b1", "token": 1, "expires": 1})
     fresh_redis.set(f"{store.keys.lease_prefix()}junk", "x")
-    report = store.sweep(1_000)
-    assert [x.bundle for x in report.expired] == names
-    assert report.malformed == [f"{NS}/0x00000000_0x7FFFFFFF", "junk"]
+    malformed: list[list[str]] = []
+    assert [x.bundle for x in store.sweep_expired(1_000, on_malformed=malformed.append)] == names
+    assert malformed == [[f"{NS}/0x00000000_0x7FFFFFFF", "junk"]]
     assert fresh_redis.exists(upper)
 
 
@@ -86,9 +91,10 @@ def test_a_broken_owned_set_keeps_its_lease_and_the_sweep_goes_on(
     store.transfer(names[1], "b1", other.token, "b2", 0, 100)
     fresh_redis.delete(store.keys.owned("b2"))
     fresh_redis.set(store.keys.owned("b2"), "not a set")
-    report = store.sweep(1_000)
-    assert [x.bundle for x in report.expired] == [names[0]]
-    assert report.malformed == [names[1]]
+    malformed: list[list[str]] = []
+    swept = store.sweep_expired(1_000, on_malformed=malformed.append)
+    assert [x.bundle for x in swept] == [names[0]], "the other expired lease is still removed"
+    assert malformed == [[names[1]]]
 
 
 @pytest.mark.parametrize("kind", ["memory", "redis"])
@@ -101,7 +107,12 @@ def test_both_stores_hand_each_removed_lease_to_on_expired_once(kind: str, redis
         store = RedisStore(client, prefix="sw")
     names = _expired_store(store, 4)
     seen: list[str] = []
-    report = store.sweep(1_000, on_expired=lambda ls: seen.extend(x.bundle for x in ls))
-    assert seen == [x.bundle for x in report.expired] == names
-    assert report.malformed == []
-    assert store.sweep(1_001).expired == [] and store.sweep_expired(1_002) == []
+    malformed: list[list[str]] = []
+    expired = store.sweep_expired(
+        1_000,
+        on_expired=lambda ls: seen.extend(x.bundle for x in ls),
+        on_malformed=malformed.append,
+    )
+    assert seen == [x.bundle for x in expired] == names
+    assert malformed == [[]]
+    assert store.sweep_expired(1_001) == []
