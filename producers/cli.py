@@ -27,6 +27,7 @@ from typing import Any
 import redis
 from confluent_kafka import KafkaException
 
+from controller.events import EventPublisher
 from infra import metrics
 from infra.config_loading import add_config_arguments, kafka_security, reports_topic_config
 from infra.redis_client import connect
@@ -212,9 +213,11 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
     client = connect(redis_url, config, purpose="simulate")
     store = RedisStore(client, config.redis_key_prefix, clock="server")
     publisher = TimestampedReportPublisher(bootstrap, config.load_reports_topic, security)
+    events = EventPublisher(bootstrap, config.ownership_events_topic, security)
     sim = LiveSim(
-        scenario, config, store, publisher, seed=args.seed, start_ms=start_ms, stop_event=stopping
-    )
+        scenario, config, store, publisher, seed=args.seed, start_ms=start_ms,
+        stop_event=stopping, events=events,
+    )  # fmt: skip
     on_cycle = _cycle_printer(args)
     t0 = time.monotonic()
     try:
@@ -224,6 +227,7 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
         return 1
     finally:
         publisher.close()
+        events.close()
         store.close()
     print(
         f"lbctl simulate: {scenario.name} stopped after {done} cycles "

@@ -62,6 +62,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
+from controller.events import ASSIGNED, RELEASED, EventPublisher, OwnershipEvent
 from controller.placement import lookup_and_assign
 from infra.offsets import earliest_offsets, latest_offsets, probe_consumer_config
 from loadbalance.bundles import NamespaceBundles, bundle_namespace
@@ -230,8 +231,12 @@ class LiveSim:
         clock: Callable[[], int] = wall_clock_ms,
         stop_event: threading.Event | None = None,
         monotonic: Callable[[], float] | None = None,
+        events: EventPublisher | None = None,
     ) -> None:
         self.scenario = scenario
+        # the ownership-events feed: every lease this simulator grants or ends is announced on
+        # it, as lbctl lookup and the controller announce theirs (None: tests without Kafka)
+        self.events = events
         self.config = config
         self.store = store
         self.publisher = publisher
@@ -347,11 +352,19 @@ class LiveSim:
             if bundle in owned or broker not in self.live or ns is None or not ns.contains(bundle):
                 continue
             try:
-                self.store.acquire(bundle, broker, now_ms, self.lease_ttl_ms)
+                lease = self.store.acquire(bundle, broker, now_ms, self.lease_ttl_ms)
                 acquired += 1
             except Conflict:  # taken meanwhile by someone else: that owner stands
                 continue
+            self._announce(
+                OwnershipEvent(ASSIGNED, bundle, now_ms, new_owner=broker,
+                               new_token=lease.token, reason="the scenario's initial owner")
+            )  # fmt: skip
         return acquired
+
+    def _announce(self, event: OwnershipEvent) -> None:
+        if self.events is not None:
+            self.events.deliver([event], should_stop=self._stop.is_set)
 
     def _apply_events(self, cycle: int, now_ms: int) -> list[str]:
         done: list[str] = []
@@ -378,6 +391,10 @@ class LiveSim:
         for lease in self.leases(self.namespaces(), now_ms).values():
             if lease.broker == broker:
                 self.store.release(lease.bundle, broker, lease.token, now_ms)
+                self._announce(
+                    OwnershipEvent(RELEASED, lease.bundle, now_ms, old_owner=broker,
+                                   old_token=lease.token, reason=f"{broker} left")
+                )  # fmt: skip
 
     # --- one cycle -----------------------------------------------------------------------------
 
@@ -401,7 +418,7 @@ class LiveSim:
             for bundle in sorted(probes):
                 try:
                     found, lease = lookup_and_assign(
-                        self.store, probes[bundle], self.config, now_ms
+                        self.store, probes[bundle], self.config, now_ms, publisher=self.events
                     )
                 except (Conflict, InvalidInput) as e:
                     log.warning("lookup of %s failed: %s", bundle, e)
