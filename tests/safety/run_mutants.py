@@ -38,9 +38,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -54,7 +56,7 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_JOBS = 2  # the machine has two cores shared with other work
 RUN_TIMEOUT_S = 300.0
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider", "-p", "tests.safety.pin_copy")
-_FAILED_RE = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+_FAILED_RE = re.compile(r"^(FAILED|ERROR) ([^\s\[]+(?:\[[^\]]*\])?)", re.MULTILINE)
 
 # Runs in the copy: imports the mutated module from there (a Python syntax error is an error,
 # not a kill), says where the store came from, and compiles every Lua script of the (possibly
@@ -139,6 +141,43 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+_LIVE: set[subprocess.Popen[str]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _child(
+    args: Sequence[str], cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` whose process ``_stop_children`` can kill from the main thread."""
+    with subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:  # fmt: skip
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:  # a timeout, Ctrl-C or SIGTERM: the child must not outlive us
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _stop_children() -> None:
+    """Kill every preflight and pytest still running (Ctrl-C, SIGTERM), so the temporary
+    copies can be removed at once."""
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        proc.kill()
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def run_copy(
     copy: Path,
     tests: Sequence[str],
@@ -155,14 +194,7 @@ def run_copy(
     env = _env(copy)
     if not preflight:
         return _pytest(copy, tests, env, name, guard, start, "")
-    pre = subprocess.run(
-        [sys.executable, "-c", _PREFLIGHT, lua_redis_url, *modules],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    pre = _child([sys.executable, "-c", _PREFLIGHT, lua_redis_url, *modules], copy, env, 120)
     where = pre.stdout.strip().splitlines()[-1] if pre.stdout.strip() else ""
     if pre.returncode != 0:
         return Result(name, guard, "error", "", time.monotonic() - start, where,
@@ -181,14 +213,8 @@ def _pytest(
 ) -> Result:
     """Run ``tests`` in ``copy``: killed (a test failed), survived (all passed) or error."""
     try:
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests],
-            cwd=copy,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
+        run = _child([sys.executable, "-m", "pytest", *PYTEST_ARGS, *tests], copy, env,
+                     RUN_TIMEOUT_S)  # fmt: skip
     except subprocess.TimeoutExpired:
         return Result(name, guard, "error", "", time.monotonic() - start, where,
                       f"timed out after {RUN_TIMEOUT_S:.0f} s")  # fmt: skip
@@ -331,7 +357,8 @@ def _run(
             return baseline, []
         baseline.status = "passed"
         results: list[Result] = []
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        pool = ThreadPoolExecutor(max_workers=args.jobs)
+        try:
             futures = [
                 pool.submit(run_mutant, m, files, tmp, lua_redis.url, args.guard_tests, src)
                 for m in selected
@@ -342,11 +369,26 @@ def _run(
                 if i == 0:
                     say(f"first mutant's copy: metadata_store.ownership_redis from {r.where}")
                 say(f"{r.mutant}: {r.status} {r.killed_by} ({r.seconds:.1f} s)")
+        except BaseException:  # Ctrl-C or SIGTERM: stop the children, then clean up
+            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_children()
+            raise
+        pool.shutdown()
     return baseline, results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run the harness; SIGTERM cleans up as Ctrl-C does (children killed, copies removed)."""
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
+    try:
+        return _main(_parser().parse_args(argv))
+    finally:
+        if on_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
 
     def say(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
