@@ -88,6 +88,15 @@ def _register_simulate(subparsers: argparse._SubParsersAction) -> None:
         default=2.0,
         help="live: wall seconds per cycle, i.e. per virtual tick (default 2)",
     )
+    sim.add_argument(
+        "--serving-log",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="live: after every cycle, rewrite FILE (atomically) with every interval the "
+        "simulated brokers served, on the host's monotonic clock, for the real-time checker "
+        "(loadbalance.serving_checker)",
+    )
     add_config_arguments(sim)
     metrics.add_metrics_argument(sim)
     sim.set_defaults(func=run_simulate)
@@ -219,6 +228,8 @@ def _run_live(args: argparse.Namespace, stopping: threading.Event) -> int:
         stop_event=stopping, events=events,
     )  # fmt: skip
     on_cycle = _cycle_printer(args)
+    if args.serving_log is not None:
+        on_cycle = _with_serving_log(on_cycle, sim, args.serving_log)
     t0 = time.monotonic()
     try:
         done = sim.run(args.cycles, args.cycle_seconds, on_cycle)
@@ -289,6 +300,22 @@ def _live_start_ms(
         print(f"lbctl simulate: cannot read {config.load_reports_topic}: {e}", file=sys.stderr)
         raise _Exit(1) from e
     return resume_start_ms(newest_ms, int(time.time() * 1000), tick_ms)
+
+
+def _with_serving_log(on_cycle: Any, sim: LiveSim, path: Path) -> Any:
+    """``on_cycle`` that first rewrites ``path`` with the brokers' serving intervals. Why after
+    every cycle and whole: a process killed at any moment leaves the intervals as of its last
+    cycle, and an interval still open there ends at its serve-until, past which a dead
+    broker cannot have served anyway."""
+
+    def write_then(result: Any) -> None:
+        doc = [i.to_json() for i in sim.serving_intervals()]
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+        on_cycle(result)
+
+    return write_then
 
 
 def _cycle_printer(args: argparse.Namespace) -> Any:

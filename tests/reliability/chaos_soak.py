@@ -59,6 +59,8 @@ from infra.embedded import EmbeddedRedis
 from infra.kafka_server import KafkaCluster
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision
+from loadbalance.serving import ServingInterval
+from loadbalance.serving_checker import ClockBound, check_serving
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
 from tests.reliability.invariants import (
@@ -76,6 +78,8 @@ FAULTS = ("job", "controller", "brokers-kill", "brokers-stop", "redis", "kafka")
 LEASE_TTL_S = 6
 CYCLE_S = 2.0
 DRAIN_TIMEOUT_S = 240.0
+SAME_HOST_CLOCK = ClockBound.skewed(0.0, 1.0, uncertainty=0.001)
+"""Every simulated broker reads the host's CLOCK_MONOTONIC, the soak's reference clock."""
 
 SNAPSHOT_LUA = """
 local out = {}
@@ -221,7 +225,8 @@ class Soak:
             argv = ["control", *self._where(), "--group", f"{self.prefix}-ctl", *knobs]
         else:
             argv = ["simulate", self.scenario, *self._where(), "--seed", str(self.seed),
-                    "--cycle-seconds", str(CYCLE_S), *knobs]  # fmt: skip
+                    "--cycle-seconds", str(CYCLE_S), "--serving-log",
+                    str(self.logs / f"serving.{self.restarts[name]}.json"), *knobs]  # fmt: skip
         n = self.restarts[name]
         self.procs[name] = lbctl(argv, self.logs / f"{name}.{n}.log")
         self.restarts[name] += 1
@@ -309,6 +314,9 @@ class Soak:
         silent = sorted(k for k in sampler.tokens if k not in announced)
         if silent:
             violations.append(f"{len(silent)} lease tokens with no event, e.g. {silent[:3]}")
+        intervals = self.serving_intervals()
+        overlaps = check_serving(intervals, {i.broker: SAME_HOST_CLOCK for i in intervals})
+        violations += [f"serving: {v.kind}: {v.message}" for v in overlaps]
         outcomes = Counter(
             (doc or {}).get("outcome", "?") for doc in (store.outcomes.get(i) for i in decisions)
         )
@@ -317,9 +325,19 @@ class Soak:
             "outcomes": dict(outcomes),
             "events": Counter(e.event for e in events),
             "lease_tokens_seen": len(sampler.tokens),
+            "serving_intervals": len(intervals),
             "samples": sampler.samples,
             "violations": violations,
         }
+
+    def serving_intervals(self) -> list[ServingInterval]:
+        """What the simulated brokers served, every incarnation's file (one host, one
+        monotonic clock: an interval ends no later than its serve-until even when the process
+        was killed before it closed it)."""
+        out: list[ServingInterval] = []
+        for path in sorted(self.logs.glob("serving.*.json")):
+            out += [ServingInterval.from_json(d) for d in json.loads(path.read_text())]
+        return out
 
     def close(self) -> None:
         for p in self.procs.values():
