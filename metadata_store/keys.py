@@ -10,10 +10,15 @@ key                      type    fields / format                          reposi
 ``P:namespaces``         set     namespace names                          ``RedisStore``
 ``P:ns:<tenant/ns>``     hash    ``boundaries`` (comma-separated          ``RedisStore``,
                                  ``0x%08x``), ``version``                 ``RecoveryState``
-``P:lease:<bundle>``     hash    ``broker``, ``token``, ``expires`` (ms)  ``RedisStore``
+``P:lease:<bundle>``     hash    ``broker``, ``token``, ``expires`` (ms), ``RedisStore``
+                                 ``notbefore`` (ms; absent: 0)
 ``P:owned:<broker>``     set     bundles the broker holds leases on       ``RedisStore``
 ``P:fence``              string  fencing-token counter, only grows        ``RedisStore``,
                                                                           ``RecoveryState``
+``P:handover:<ns>``      hash    handover fences of a namespace: the old  ``RedisStore``
+                                 holder's token -> ``lower,upper,expires,
+                                 broker`` (decimal bounds, store ms);
+                                 pruned once ``expires`` has passed
 ``P:broker:<id>``        hash    ``heartbeat``, ``expires`` (ms),         ``RedisStore``
                                  ``info`` (JSON)
 ``P:brokers``            set     registered broker ids                    ``RedisStore``
@@ -122,6 +127,10 @@ class Keys:
 
     def fence(self) -> str:
         return self._k("fence")
+
+    def handover(self, namespace: str) -> str:
+        """The handover fences of ``namespace`` (``metadata_store.ownership_redis``)."""
+        return self._k(f"handover:{namespace}")
 
     def broker(self, broker: str) -> str:
         return self._k(f"broker:{broker}")

@@ -21,7 +21,10 @@ class Lease:
     """A bundle's ownership: who, with which fencing token, until when (epoch ms).
 
     ``granted_at_ms`` is the store's clock when it granted or last renewed the lease (0 where
-    unknown, e.g. a lease read back); it does not take part in equality.
+    unknown, e.g. a lease read back); it does not take part in equality. ``wait_ms`` is, in a
+    grant's or renewal's answer, how long (store ms from ``granted_at_ms``) the holder must
+    still wait before it may serve: a handover fence of the previous holder is still live
+    (``metadata_store.ownership_redis``, docs/ownership.md "Serving in real time"); 0 elsewhere.
     """
 
     bundle: str
@@ -29,6 +32,7 @@ class Lease:
     token: int
     expires_at_ms: int
     granted_at_ms: int = field(default=0, compare=False)
+    wait_ms: int = field(default=0, compare=False)
 
 
 class BrokerNotAlive(InvalidInput):

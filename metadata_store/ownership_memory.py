@@ -24,6 +24,7 @@ from typing import Any
 from loadbalance.bundles import BundleRange, NamespaceBundles, topic_namespace
 from loadbalance.errors import Conflict, InvalidInput
 from loadbalance.lease_history import NamespaceVersion, Recorder, Revocation
+from metadata_store.handover import HandoverFence, ranges_overlap
 from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
 from metadata_store.outcomes import MemoryOutcomeLog
 from metadata_store.sweeps import OnExpired, OnMalformed
@@ -52,6 +53,9 @@ class MemoryStore:
         self._leases: dict[str, Lease] = {}
         self._brokers: dict[str, _Broker] = {}
         self._fence = 0  # the last fencing token handed out; only grows
+        # handover fences per namespace, by the old holder's token (metadata_store.handover)
+        self._handover: dict[str, dict[int, HandoverFence]] = {}
+        self._not_before: dict[str, int] = {}  # bundle -> its lease's ``notbefore`` (ms)
 
     @functools.cached_property
     def outcomes(self) -> MemoryOutcomeLog:
@@ -149,6 +153,8 @@ class MemoryStore:
             for b in gone:
                 lease = self._leases.pop(b.name, None)
                 if lease is not None:
+                    if lease.expires_at_ms > at_ms:  # live: it ends by the move
+                        self._fence_handover(lease, at_ms)
                     self._revoke(lease, at_ms, kind)
             self._namespaces[ns] = new
             if self.recorder is not None:
@@ -187,6 +193,60 @@ class MemoryStore:
         self._fence += 1
         return self._fence
 
+    def _fence_handover(self, lease: Lease, now_ms: int) -> None:
+        """A live ``lease`` ends by a move: its holder may serve on until it checks."""
+        r = canonical_bundle(lease.bundle)
+        self._wait_until(r, lease.broker, now_ms)  # prunes passed fences
+        fences = self._handover.setdefault(r.namespace, {})
+        fences[lease.token] = HandoverFence(
+            r.namespace, r.lower, r.upper, lease.broker, lease.token, lease.expires_at_ms
+        )
+
+    def _wait_until(self, r: BundleRange, who: str, now_ms: int) -> int:
+        """The latest expiry of live fences of other brokers than ``who`` over ``r`` (0: none);
+        passed fences are removed."""
+        fences = self._handover.get(r.namespace, {})
+        nb = 0
+        for token, f in list(fences.items()):
+            if f.expires_at_ms <= now_ms:
+                del fences[token]
+            elif f.broker != who and ranges_overlap(f.lower, f.upper, r.lower, r.upper):
+                nb = max(nb, f.expires_at_ms)
+        return nb
+
+    def _grant(self, bundle: str, broker: str, now_ms: int, ttl_ms: int) -> Lease:
+        """A new lease with a new token, waiting for the live fences over its range."""
+        nb = self._wait_until(canonical_bundle(bundle), broker, now_ms)
+        self._not_before[bundle] = nb
+        lease = Lease(bundle, broker, self._next_token(), now_ms + ttl_ms, now_ms)
+        self._leases[bundle] = lease
+        return Lease(*_fields(lease), max(0, nb - now_ms))
+
+    def _renewal_wait(self, bundle: str, broker: str, now_ms: int) -> int:
+        nb = self._not_before.get(bundle, 0)
+        if nb > now_ms:
+            nb = self._wait_until(canonical_bundle(bundle), broker, now_ms)
+            self._not_before[bundle] = nb
+        return max(0, nb - now_ms)
+
+    def ack_handover(self, broker: str, bundle: BundleRange | str, token: int) -> bool:
+        """``RedisStore.ack_handover``: the old holder stopped; its own fence goes."""
+        r = canonical_bundle(bundle)
+        with self._lock:
+            fences = self._handover.get(r.namespace, {})
+            f = fences.get(int(token))
+            if f is None or f.broker != broker:
+                return False
+            del fences[int(token)]
+            return True
+
+    def handover_fences(self, ns: str, now_ms: int) -> list[HandoverFence]:
+        """``RedisStore.handover_fences``."""
+        with self._lock:
+            now_ms = self._time(now_ms)
+            fences = self._handover.get(ns, {}).values()
+            return sorted((f for f in fences if f.expires_at_ms > now_ms), key=lambda f: f.token)
+
     def _live_lease(self, bundle: str, now_ms: int) -> Lease | None:
         self._seen(now_ms)
         lease = self._leases.get(bundle)
@@ -205,8 +265,7 @@ class MemoryStore:
             cur = self._live_lease(bundle, now_ms)
             if cur is not None:
                 raise Conflict(f"{bundle} is owned by {cur.broker} (token {cur.token})")
-            lease = Lease(bundle, broker, self._next_token(), now_ms + ttl_ms, now_ms)
-            self._leases[bundle] = lease
+            lease = self._grant(bundle, broker, now_ms, ttl_ms)
             self._claim(lease, "acquire")
             return lease
 
@@ -231,7 +290,8 @@ class MemoryStore:
                     lease = Lease(bundle, broker, cur.token, now_ms + ttl_ms, now_ms)
                     self._leases[bundle] = lease
                     self._claim(lease, "renew")
-                    out[given] = lease
+                    wait = self._renewal_wait(bundle, broker, now_ms)
+                    out[given] = Lease(*_fields(lease), wait)
                 else:
                     out[given] = None
         return out
@@ -244,6 +304,7 @@ class MemoryStore:
             if cur is None or cur.broker != broker or cur.token != token:
                 return False
             del self._leases[bundle]
+            self._fence_handover(cur, now_ms)
             self._revoke(cur, now_ms, "release")
             return True
 
@@ -266,8 +327,8 @@ class MemoryStore:
                 raise Conflict(f"{bundle}: {from_broker} with token {token} does not hold it")
             if not self._alive(to_broker, now_ms):
                 raise BrokerNotAlive("broker", f"broker {to_broker} is not registered or expired")
-            lease = Lease(bundle, to_broker, self._next_token(), now_ms + ttl_ms, now_ms)
-            self._leases[bundle] = lease
+            self._fence_handover(cur, now_ms)
+            lease = self._grant(bundle, to_broker, now_ms, ttl_ms)
             self._revoke(cur, now_ms, "transfer")
             self._claim(lease, "transfer")
             return lease
@@ -333,3 +394,7 @@ class MemoryStore:
     def lookup_many(self, topics: Sequence[str], now_ms: int) -> list[tuple[str, Lease | None]]:
         with self._lock:  # one consistent view, as RedisStore's pipelined reads aim for
             return [self.lookup(t, now_ms) for t in topics]
+
+
+def _fields(lease: Lease) -> tuple[str, str, int, int, int]:
+    return (lease.bundle, lease.broker, lease.token, lease.expires_at_ms, lease.granted_at_ms)

@@ -54,6 +54,7 @@ from metadata_store.formats import (
     lease_from_fields,
     parse_boundaries,
 )
+from metadata_store.handover import LUA_ACK, LUA_HANDOVER, HandoverFence, parse_fence
 from metadata_store.keys import Keys
 from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
 from metadata_store.load_snapshot import LoadSnapshot
@@ -87,20 +88,24 @@ redis.call('SETNX', KEYS[3], ARGV[3])
 return 1
 """
 
-# KEYS: ns key, lease keys of the bundles that disappear...
+# KEYS: ns key, lease keys of the bundles that disappear..., handover key of the namespace
 # ARGV: expected version, new boundaries, prefix, now, bundle names...
 # -> {1, new version, now, i1, broker1, token1, i2, ...} (the leases it ended) | {0, v} | {-1}
+# A live lease it ends leaves a handover fence (``metadata_store.handover``).
 _LUA_RESHAPE = (
     _LUA_CLOCK
+    + LUA_HANDOVER
     + """
 local now = clock(ARGV[4])
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v then return {-1} end
 if tonumber(v) ~= tonumber(ARGV[1]) then return {0, tonumber(v)} end
 local out = {1, tonumber(v) + 1, now}
-for i = 2, #KEYS do
-  local cur = redis.call('HMGET', KEYS[i], 'broker', 'token')
+local ho = KEYS[#KEYS]
+for i = 2, #KEYS - 1 do
+  local cur = redis.call('HMGET', KEYS[i], 'broker', 'token', 'expires')
   if cur[1] then
+    if tonumber(cur[3]) > now then ho_record(ho, ARGV[3 + i], cur[1], cur[2], cur[3], now) end
     redis.call('SREM', ARGV[3] .. ':owned:' .. cur[1], ARGV[3 + i])
     redis.call('DEL', KEYS[i])
     table.insert(out, i - 1)
@@ -138,20 +143,22 @@ return out
 """
 )
 
-# KEYS: ns key, lease key, broker key, owned key, fence key
+# KEYS: ns key, lease key, broker key, owned key, fence key, handover key of the namespace
 #       [, placement version key, prealloc key of the broker: a placement's acquire]
 # ARGV: bundle, expected ns version, broker, now, ttl, prefix
 #       [, expected placement version, preallocation document]
-# -> {1, broker, token, expires, now} | {0, owner, token, expires, now} | {-1} | {-2}
+# -> {1, broker, token, expires, now, wait} | {0, owner, token, expires, now} | {-1} | {-2}
 #    | {-3, placement version} (a placement's acquire: another placement was recorded since)
 # A placement's acquire also records the preallocation and bumps the placement version in the
-# step that takes the lease (``metadata_store.placement_state``).
+# step that takes the lease (``metadata_store.placement_state``). The new lease's ``notbefore``
+# is the latest live handover fence over its range (``wait``: how long from now).
 _LUA_ACQUIRE = (
     _LUA_CLOCK
+    + LUA_HANDOVER
     + """
 local now = clock(ARGV[4])
-if KEYS[6] then
-  local pv = tonumber(redis.call('GET', KEYS[6]) or '0')
+if KEYS[7] then
+  local pv = tonumber(redis.call('GET', KEYS[7]) or '0')
   if pv ~= tonumber(ARGV[7]) then return {-3, pv} end
 end
 local v = redis.call('HGET', KEYS[1], 'version')
@@ -165,41 +172,58 @@ end
 if cur[1] then redis.call('SREM', ARGV[6] .. ':owned:' .. cur[1], ARGV[1]) end
 local token = redis.call('INCR', KEYS[5])
 local exp = now + tonumber(ARGV[5])
-redis.call('HSET', KEYS[2], 'broker', ARGV[3], 'token', token, 'expires', exp)
+local nb = ho_not_before(KEYS[6], ARGV[1], ARGV[3], now)
+redis.call('HSET', KEYS[2], 'broker', ARGV[3], 'token', token, 'expires', exp, 'notbefore', nb)
 redis.call('SADD', KEYS[4], ARGV[1])
-if KEYS[6] then
-  redis.call('HSET', KEYS[7], ARGV[1], ARGV[8])
-  redis.call('INCR', KEYS[6])
+if KEYS[7] then
+  redis.call('HSET', KEYS[8], ARGV[1], ARGV[8])
+  redis.call('INCR', KEYS[7])
 end
-return {1, ARGV[3], token, exp, now}
+return {1, ARGV[3], token, exp, now, math.max(0, nb - now)}
 """
 )
 
-# KEYS: lease keys...; ARGV: broker, now, ttl, token1, token2, ...
-# -> {now, new expiry, ok1, ok2, ...}
+# KEYS: lease keys..., then the handover key of each lease's namespace
+# ARGV: broker, now, ttl, token1, token2, ...
+# -> {now, new expiry, ok1, ok2, ..., wait1, wait2, ...}
+# A lease still before its ``notbefore`` is judged again against the live fences (an
+# acknowledged or passed fence no longer counts); ``wait`` is how long from now (0: serve).
 _LUA_RENEW_ALL = (
     _LUA_CLOCK
+    + LUA_HANDOVER
     + """
 local now = clock(ARGV[2])
 local exp = now + tonumber(ARGV[3])
 local out = {now, exp}
-for i, key in ipairs(KEYS) do
+local n = #KEYS / 2
+for i = 1, n do
+  local key = KEYS[i]
+  local wait = 0
   local cur = redis.call('HMGET', key, 'broker', 'token', 'expires')
   if cur[1] == ARGV[1] and tonumber(cur[2]) == tonumber(ARGV[3 + i])
      and tonumber(cur[3]) > now then
     redis.call('HSET', key, 'expires', exp)
     out[i + 2] = 1
+    local nb = tonumber(redis.call('HGET', key, 'notbefore') or '0') or 0
+    if nb > now then
+      nb = ho_not_before(KEYS[n + i], key, ARGV[1], now)
+      redis.call('HSET', key, 'notbefore', nb)
+      wait = math.max(0, nb - now)
+    end
   else
     out[i + 2] = 0
   end
+  out[n + i + 2] = wait
 end
 return out
 """
 )
 
-# KEYS: lease key, owned key; ARGV: bundle, broker, token, now -> {1, now} | {0}
+# KEYS: lease key, owned key, handover key; ARGV: bundle, broker, token, now -> {1, now} | {0}
+# The live lease it ends leaves a handover fence.
 _LUA_RELEASE = (
     _LUA_CLOCK
+    + LUA_HANDOVER
     + """
 local now = clock(ARGV[4])
 local cur = redis.call('HMGET', KEYS[1], 'broker', 'token', 'expires')
@@ -207,6 +231,7 @@ if cur[1] ~= ARGV[2] or tonumber(cur[2]) ~= tonumber(ARGV[3]) then return {0} en
 if tonumber(cur[3]) <= now then return {0} end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[1])
+ho_record(KEYS[3], ARGV[1], ARGV[2], cur[2], cur[3], now)
 return {1, now}
 """
 )
@@ -264,10 +289,12 @@ return out
 """
 )
 
-# KEYS: lease, from owned, to owned, to broker key, fence
-# ARGV: bundle, from, token, to, now, ttl -> {1, token, expires, now} | {0} | {-2}
+# KEYS: lease, from owned, to owned, to broker key, fence, handover key
+# ARGV: bundle, from, token, to, now, ttl -> {1, token, expires, now, wait} | {0} | {-2}
+# The old lease leaves a handover fence; the new one waits for it (``notbefore``).
 _LUA_TRANSFER = (
     _LUA_CLOCK
+    + LUA_HANDOVER
     + """
 local now = clock(ARGV[5])
 local cur = redis.call('HMGET', KEYS[1], 'broker', 'token', 'expires')
@@ -277,10 +304,12 @@ local bexp = redis.call('HGET', KEYS[4], 'expires')
 if not bexp or tonumber(bexp) <= now then return {-2} end
 local token = redis.call('INCR', KEYS[5])
 local exp = now + tonumber(ARGV[6])
-redis.call('HSET', KEYS[1], 'broker', ARGV[4], 'token', token, 'expires', exp)
+ho_record(KEYS[6], ARGV[1], ARGV[2], cur[2], cur[3], now)
+local nb = ho_not_before(KEYS[6], ARGV[1], ARGV[4], now)
+redis.call('HSET', KEYS[1], 'broker', ARGV[4], 'token', token, 'expires', exp, 'notbefore', nb)
 redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
-return {1, token, exp, now}
+return {1, token, exp, now, math.max(0, nb - now)}
 """
 )
 
@@ -323,6 +352,7 @@ class RedisStore:
         self._release = client.register_script(_LUA_RELEASE)
         self._sweep = client.register_script(_LUA_SWEEP)
         self._transfer = client.register_script(_LUA_TRANSFER)
+        self._ack = client.register_script(LUA_ACK)
         self._ns_cache: dict[str, NamespaceBundles] = {}
         self._names_cache: dict[tuple[str, int], list[str]] = {}
 
@@ -450,7 +480,7 @@ class RedisStore:
         ns = new.namespace
         now_arg = "" if self.clock == "server" or now_ms is None else int(now_ms)
         res = self._reshape(
-            keys=[self._ns(ns), *[self._lease(b) for b in gone]],
+            keys=[self._ns(ns), *[self._lease(b) for b in gone], self.keys.handover(ns)],
             args=[
                 expected,
                 boundaries_csv(new.boundaries),
@@ -567,6 +597,7 @@ class RedisStore:
                     self._broker(broker),
                     self._owned(broker),
                     self.keys.fence(),
+                    self.keys.handover(r.namespace),
                     *extra_keys,
                 ],
                 args=[r.name, nb.version, broker, self._now(now_ms), int(ttl_ms), self.p, *placed],
@@ -578,9 +609,9 @@ class RedisStore:
             if res[0] == -2:
                 raise BrokerNotAlive("broker", f"broker {broker} is not registered or expired")
             owner = res[1].decode() if isinstance(res[1], bytes) else res[1]
-            lease = Lease(r.name, owner, int(res[2]), int(res[3]), int(res[4]))
             if res[0] == 0:
-                raise Conflict(f"{r.name} is owned by {owner} (token {lease.token})")
+                raise Conflict(f"{r.name} is owned by {owner} (token {int(res[2])})")
+            lease = Lease(r.name, owner, int(res[2]), int(res[3]), int(res[4]), int(res[5]))
             self._claim(lease, "acquire")
             return lease
         raise Conflict(f"{r.name}: namespace kept changing")
@@ -602,14 +633,18 @@ class RedisStore:
             return {}
         ranges = [canonical_bundle(b) for b in names]
         res = self._renew(
-            keys=[self._lease(r) for r in ranges],
+            keys=[
+                *[self._lease(r) for r in ranges],
+                *[self.keys.handover(r.namespace) for r in ranges],
+            ],
             args=[broker, self._now(now_ms), int(ttl_ms), *[int(leases[b]) for b in names]],
         )
         at_ms, expires = int(res[0]), int(res[1])
+        n = len(names)
         out: dict[str, Lease | None] = {}
-        for b, r, ok in zip(names, ranges, res[2:]):
+        for b, r, ok, wait in zip(names, ranges, res[2 : 2 + n], res[2 + n :], strict=True):
             if ok:
-                lease = Lease(r.name, broker, int(leases[b]), expires, at_ms)
+                lease = Lease(r.name, broker, int(leases[b]), expires, at_ms, int(wait))
                 self._claim(lease, "renew")
                 out[b] = lease
             else:
@@ -620,7 +655,7 @@ class RedisStore:
         """Give a bundle up; only the live holder with the current token can."""
         r = canonical_bundle(bundle)
         res = self._release(
-            keys=[self._lease(r), self._owned(broker)],
+            keys=[self._lease(r), self._owned(broker), self.keys.handover(r.namespace)],
             args=[r.name, broker, int(token), self._now(now_ms)],
         )
         if not res[0]:
@@ -648,6 +683,7 @@ class RedisStore:
                 self._owned(to_broker),
                 self._broker(to_broker),
                 self.keys.fence(),
+                self.keys.handover(r.namespace),
             ],
             args=[r.name, from_broker, int(token), to_broker, self._now(now_ms), int(ttl_ms)],
         )
@@ -655,10 +691,26 @@ class RedisStore:
             raise BrokerNotAlive("broker", f"broker {to_broker} is not registered or expired")
         if res[0] == 0:
             raise Conflict(f"{r.name}: {from_broker} with token {token} does not hold it")
-        lease = Lease(r.name, to_broker, int(res[1]), int(res[2]), int(res[3]))
+        lease = Lease(r.name, to_broker, int(res[1]), int(res[2]), int(res[3]), int(res[4]))
         self._revoke(r, from_broker, int(token), lease.granted_at_ms, "transfer")
         self._claim(lease, "transfer")
         return lease
+
+    def ack_handover(self, broker: str, bundle: BundleRange | str, token: int) -> bool:
+        """``broker`` stopped serving ``bundle``, which it held with ``token`` until a move
+        ended the lease: its handover fence goes, so the next holder's renewal answers no wait.
+        Only the old holder's own fence; False if there was none (acknowledged, or passed)."""
+        r = canonical_bundle(bundle)
+        res = self._ack(keys=[self.keys.handover(r.namespace)], args=[broker, int(token)])
+        return bool(res)
+
+    def handover_fences(self, ns: str, now_ms: int) -> list[HandoverFence]:
+        """The handover fences of ``ns`` still live at ``now_ms`` (Redis's clock with
+        ``clock="server"``), by token; for tools and tests."""
+        now, (raw,) = self._read_now(now_ms, lambda p: p.hgetall(self.keys.handover(ns)))
+        fences = (parse_fence(ns, k, v) for k, v in raw.items())
+        live = [f for f in fences if f is not None and f.expires_at_ms > now]
+        return sorted(live, key=lambda f: f.token)
 
     def owner(self, bundle: BundleRange | str, now_ms: int) -> Lease | None:
         r = canonical_bundle(bundle)
