@@ -144,6 +144,7 @@ class Fault:
     not_reassigned: tuple[int, ...] = ()  # doomed bundles (by index) that no longer exist
     client: str = "plain"  # "faulty": the store's client is a FaultyRedis
     store_cls: type = RedisStore
+    kinds: tuple[str, ...] = ()  # lbctl_control_redis_faults_total kinds it must have counted
 
 
 def _replica_of_nowhere(stale: str) -> Callable[[Scene], None]:
@@ -169,7 +170,7 @@ def _busy_start(s: Scene) -> None:
     def loop() -> None:
         try:
             looper.eval("local i = 0 while true do i = i + 1 end", 0)
-        except redis.ResponseError:
+        except redis.RedisError:
             pass  # killed by SCRIPT KILL
         finally:
             looper.close()
@@ -258,19 +259,21 @@ def _nothing(_s: Scene) -> None:
 
 
 FAULTS: dict[str, Fault] = {
-    "readonly": Fault(_replica_of_nowhere("yes"), _master_again),
-    "masterdown": Fault(_replica_of_nowhere("no"), _master_again),
-    "oom": Fault(_oom_start, _oom_clear),
-    "busy": Fault(_busy_start, _busy_clear),
+    "readonly": Fault(_replica_of_nowhere("yes"), _master_again, kinds=("readonly",)),
+    "masterdown": Fault(_replica_of_nowhere("no"), _master_again, kinds=("masterdown",)),
+    "oom": Fault(_oom_start, _oom_clear, kinds=("oom",)),
+    "busy": Fault(_busy_start, _busy_clear, kinds=("busy",)),
     "loading": Fault(
         _wrapper(lambda: redis.BusyLoadingError("Redis is loading the dataset in memory")),
         _wrapper_clear,
         client="faulty",
+        kinds=("loading",),
     ),
     "connection": Fault(
         _wrapper(lambda: redis.ConnectionError("Connection closed by server.")),
         _wrapper_clear,
         client="faulty",
+        kinds=("connection",),
     ),
     "broker_not_alive": Fault(
         _race(_lapse), _nothing, holds_decisions=False, store_cls=_RacingStore
@@ -292,15 +295,15 @@ def _committed(bootstrap: str, group: str, topic: str) -> int:
         c.close()
 
 
-def _faults_counted() -> float:
-    """``lbctl_control_redis_faults_total`` over every kind."""
-    return sum(
-        sample.value
+def _faults_counted() -> dict[str, float]:
+    """``lbctl_control_redis_faults_total`` by kind."""
+    return {
+        sample.labels["kind"]: sample.value
         for family in metrics.REGISTRY.collect()
         if family.name == "lbctl_control_redis_faults"
         for sample in family.samples
         if sample.name == "lbctl_control_redis_faults_total"
-    )
+    }
 
 
 @pytest.fixture
@@ -386,8 +389,9 @@ def test_the_running_loop_survives_the_fault_and_loses_nothing(
         owner = s.store.owner(b, NOW)
         assert owner is not None and owner.token == seen[assigned[0]].new_token
         assert owner.broker in ("b1", "b2")
-    if fault.holds_decisions:
-        assert _faults_counted() > before, "the fault was counted"
+    counted = _faults_counted()
+    for k in fault.kinds:
+        assert counted.get(k, 0.0) > before.get(k, 0.0), f"{k} reached the loop and was counted"
     if kind in ("string_key", "hash_without_expires"):
         assert check.exists(s.store.keys.lease(s.names[3])), "a malformed key is left alone"
     check.close()
