@@ -12,6 +12,16 @@ where ``rho`` bounds the rate error of the broker's clock against Redis's
 (``leaseStopMarginMs``). Clock offsets do not enter; only rates do. docs/ownership.md ("The
 clock", "Serving in real time") gives the argument and the chosen values.
 
+A lease may come with a **wait** (``Lease.wait_ms``, store ms): the previous holder lost it by a
+move and may still serve until its old lease's expiry, unless it acknowledged it stopped
+(``metadata_store.handover``). The store's clock read the wait at some moment before the reply;
+``wait`` store ms pass within ``wait * (1 + rho)`` real seconds and within
+``wait * (1 + rho)**2 <= wait * (1 + 2 * rho) + O(rho**2)`` local seconds, so the broker starts at
+
+    serve_from = t_reply + wait * (1 + 2 * rho) + margin
+
+(the margin covers the rounding and the second-order term) and never before its reply.
+
 ``ServingTable`` keeps that deadline per bundle for one broker and records the intervals the
 broker served, in its local clock, for ``loadbalance.serving_checker``. Pure: every time is
 passed in (seconds of the broker's monotonic clock); nothing here reads a clock.
@@ -50,6 +60,13 @@ class ServingRule:
             drift_bound=float(config.lease_clock_drift_bound),
             stop_margin_s=config.lease_stop_margin_ms / 1000.0,
         )
+
+    def serve_from(self, replied_at: float, wait_s: float) -> float:
+        """The local time from which a lease whose reply came at ``replied_at`` with a wait of
+        ``wait_s`` store seconds may be served (``replied_at`` itself when there is no wait)."""
+        if wait_s <= 0:
+            return replied_at
+        return replied_at + wait_s * (1.0 + 2.0 * self.drift_bound) + self.stop_margin_s
 
     def serve_until(self, requested_at: float) -> float:
         """The local time past which a lease renewed by a request sent at ``requested_at``
@@ -112,6 +129,7 @@ class BundleServing:
     serve_until: float
     seconds_left: float
     renew_requested_at: float
+    serve_from: float | None = None  # None: no start ahead (the lease's reply came too late)
 
 
 @dataclass
@@ -119,7 +137,9 @@ class _Held:
     token: int
     until: float
     requested_at: float
-    start: float | None = None  # None: not serving (the renewal's reply came too late)
+    # the local time serving starts (may lie ahead: a handover wait); None: not serving (the
+    # renewal's reply came too late, or the wait outlasts the deadline)
+    start: float | None = None
     renewals: list[float] = field(default_factory=list)
 
 
@@ -135,24 +155,45 @@ class ServingTable:
     def bundles(self) -> list[str]:
         return sorted(self._held)
 
-    def renewed(self, bundle: str, token: int, requested_at: float, replied_at: float) -> None:
+    def token(self, bundle: str) -> int | None:
+        """The token ``bundle`` is held by here (None: not held)."""
+        cur = self._held.get(bundle)
+        return cur.token if cur is not None else None
+
+    def renewed(
+        self,
+        bundle: str,
+        token: int,
+        requested_at: float,
+        replied_at: float,
+        wait_s: float = 0.0,
+    ) -> None:
         """A renewal (or acquisition) of ``bundle`` with ``token``, sent at ``requested_at``,
-        succeeded; its reply came at ``replied_at``. Serving starts at the reply (never before
-        the broker knows), and lasts until the new serve-until."""
+        succeeded; its reply came at ``replied_at`` with a handover wait of ``wait_s`` store
+        seconds. Serving starts at the reply (never before the broker knows), or after the wait
+        (``ServingRule.serve_from``), and lasts until the new serve-until. Each reply bounds the
+        start on its own, so a later reply with a shorter wait brings the start forward."""
         until = self.rule.serve_until(requested_at)
+        start = self.rule.serve_from(replied_at, wait_s)
         cur = self._held.get(bundle)
         serving = cur is not None and cur.start is not None and replied_at < cur.until
         if cur is not None and serving and cur.token == token:
-            # still serving: the renewal extends the interval
+            # still serving (or about to): the renewal extends the interval
+            assert cur.start is not None
             cur.until = max(cur.until, until)
             cur.requested_at = max(cur.requested_at, requested_at)
-            cur.renewals.append(requested_at)
+            if start < cur.start:
+                cur.start = start
+            if cur.start < cur.until:
+                cur.renewals.append(requested_at)
+            else:
+                cur.start = None
             return
         if cur is not None:
             self._close(bundle, cur, min(cur.until, replied_at))
         held = _Held(token, until, requested_at)
-        if until > replied_at:
-            held.start = replied_at
+        if until > replied_at and until > start:
+            held.start = start
             held.renewals.append(requested_at)
         self._held[bundle] = held
 
@@ -178,11 +219,14 @@ class ServingTable:
             cur = self._held[bundle]
             on = self.serving(bundle, now)
             left = max(0.0, cur.until - now) if on else 0.0
-            out.append(BundleServing(bundle, cur.token, on, cur.until, left, cur.requested_at))
+            out.append(
+                BundleServing(bundle, cur.token, on, cur.until, left, cur.requested_at, cur.start)
+            )
         return out
 
     def intervals(self) -> list[ServingInterval]:
-        """Every interval served so far; an open one ends at its current serve-until."""
+        """Every interval served so far; an open one ends at its current serve-until (one whose
+        start still lies ahead is what the broker will serve unless it learns otherwise)."""
         out = list(self._closed)
         for bundle in sorted(self._held):
             cur = self._held[bundle]
@@ -191,9 +235,10 @@ class ServingTable:
         return out
 
     def _close(self, bundle: str, cur: _Held, end: float) -> None:
-        if cur.start is not None:
-            self._closed.append(self._interval(bundle, cur, max(cur.start, end)))
-            cur.start = None
+        """End ``cur``'s interval at ``end``; one that had not started yet served nothing."""
+        if cur.start is not None and end >= cur.start:
+            self._closed.append(self._interval(bundle, cur, end))
+        cur.start = None
 
     def _interval(self, bundle: str, cur: _Held, end: float) -> ServingInterval:
         r = parse_bundle(bundle)

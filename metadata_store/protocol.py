@@ -33,6 +33,12 @@ The contract, in one place:
   unowned.
 * **Only live registered brokers get leases**: acquire and transfer raise ``BrokerNotAlive``
   for an unknown or expired destination.
+* **A move leaves a handover fence.** A live lease that ends by anything but expiry (transfer,
+  release, split, merge) leaves a fence (its range, holder, token and expiry); a lease granted
+  over a range with a live fence of another broker answers ``Lease.wait_ms`` (store ms until the
+  latest such expiry), and so do its renewals until the old holder acknowledges
+  (``ack_handover``, sent after it stopped serving) or the expiry passes
+  (``metadata_store.handover``).
 
 Errors follow ``loadbalance.errors``: ``InvalidInput`` (unknown namespace, a bundle that is not
 current, bad boundaries, a bad name; ``BrokerNotAlive`` and ``InvalidBundle`` are subclasses),
@@ -52,6 +58,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from loadbalance.bundles import NamespaceBundles
+from metadata_store.handover import HandoverFence
 from metadata_store.leases import Lease
 from metadata_store.outcomes import OutcomeRecords
 
@@ -169,6 +176,15 @@ class OwnershipStore(Protocol):
         ``from_broker``/``token`` do not hold a live lease (checked first), ``BrokerNotAlive``
         if the destination is not live.
         """
+        ...
+
+    def ack_handover(self, broker: str, bundle: str, token: int) -> bool:
+        """``broker`` stopped serving ``bundle``, which a move took from it while it held
+        ``token``: end its handover fence (only its own; False if there was none)."""
+        ...
+
+    def handover_fences(self, ns: str, now_ms: int) -> list[HandoverFence]:
+        """The handover fences of ``ns`` live at ``now_ms``, by token."""
         ...
 
     def owner(self, bundle: str, now_ms: int) -> Lease | None:

@@ -81,6 +81,12 @@ class LeaseStore(Protocol):
         self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
     ) -> dict[str, bool]: ...
 
+    def renew_leases(
+        self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
+    ) -> Mapping[str, Any]: ...
+
+    def ack_handover(self, broker: str, bundle: str, token: int) -> bool: ...
+
 
 def build_report(
     broker_id: str,
@@ -175,8 +181,12 @@ class LeaseKeeper:
     and the fencing tokens would refuse the renewal anyway.
 
     With a ``serving`` table, every renewal is stamped with ``monotonic()`` read just before the
-    request is sent (``t0`` of the serve-until rule) and when its reply came; a bundle that the
-    store no longer gives this broker is dropped from the table at once.
+    request is sent (``t0`` of the serve-until rule) and when its reply came, and a renewal's
+    handover wait (``Lease.wait_ms``) holds the start back; a bundle that the store no longer
+    gives this broker is dropped from the table at once, and only then is the handover
+    acknowledged (``ack_handover``: the next holder need not wait for the old lease's expiry).
+    With ``defer_acks`` the acknowledgements wait for ``send_acks``: the agent sends them after
+    it rewrote the serving file the broker stops by.
     """
 
     def __init__(
@@ -197,6 +207,8 @@ class LeaseKeeper:
         self.info = dict(info or {})
         self.serving = serving
         self.monotonic = monotonic
+        self.defer_acks = False
+        self._acks: list[tuple[str, int]] = []  # (bundle, token) stopped, not yet acknowledged
 
     def held_leases(self, bundles: Iterable[str], now_ms: int) -> dict[str, int]:
         """bundle -> fencing token of the reported bundles this broker holds right now."""
@@ -220,21 +232,40 @@ class LeaseKeeper:
         self.store.register_broker(self.broker_id, now_ms, self.registration_ttl_ms, self.info)
         held = self.held_leases(bundles, now_ms)
         table = self.serving
-        if table is not None:
-            seen_at = self.monotonic()
-            for b in table.bundles():
-                if b not in held:  # another owner, released, split away or no longer reported
-                    table.lost(b, seen_at)
+        if table is None:
+            return self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)
+        seen_at = self.monotonic()
+        for b in table.bundles():
+            if b not in held:  # another owner, released, split away or no longer reported
+                self._stopped(b, table.token(b))
+                table.lost(b, seen_at)
         requested_at = self.monotonic()
-        renewed = self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)
-        if table is not None:
-            replied_at = self.monotonic()
-            for b, ok in renewed.items():
-                if ok:
-                    table.renewed(b, held[b], requested_at, replied_at)
-                else:
-                    table.lost(b, replied_at)
-        return renewed
+        answers = self.store.renew_leases(self.broker_id, held, now_ms, self.lease_ttl_ms)
+        replied_at = self.monotonic()
+        for b, lease in answers.items():
+            if lease is not None:
+                table.renewed(b, held[b], requested_at, replied_at, lease.wait_ms / 1000.0)
+            else:
+                self._stopped(b, table.token(b))
+                table.lost(b, replied_at)
+        if not self.defer_acks:
+            self.send_acks()
+        return {b: lease is not None for b, lease in answers.items()}
+
+    def _stopped(self, bundle: str, token: int | None) -> None:
+        if token is not None:
+            self._acks.append((bundle, token))
+
+    def send_acks(self) -> int:
+        """Acknowledge every handover this broker stopped serving for (after it stopped); one
+        that fails is retried at the next check. Returns the acknowledgements sent."""
+        sent = 0
+        while self._acks:
+            bundle, token = self._acks[0]
+            self.store.ack_handover(self.broker_id, bundle, token)
+            self._acks.pop(0)
+            sent += 1
+        return sent
 
 
 class Agent:
@@ -264,6 +295,8 @@ class Agent:
         self.clock = clock
         self.lease_keeper = lease_keeper
         self.serving_hook = serving_hook
+        if lease_keeper is not None and serving_hook is not None:
+            lease_keeper.defer_acks = True  # acknowledge once the serving file says stop
         self.web_service_url = web_service_url
         self.pulsar_service_url = pulsar_service_url
         self.rule = ReportUpdateRule.from_config(config)
@@ -292,6 +325,7 @@ class Agent:
             return self._check(now_ms)
         finally:
             self._publish_serving()
+            self._send_acks()
 
     def _check(self, now_ms: int) -> bool:
         stats = self._fetch_stats(now_ms)
@@ -414,6 +448,17 @@ class Agent:
             self.serving_hook.publish(keeper.serving)
         except OSError as e:
             log.warning("serving file not written: %s", e)
+
+    def _send_acks(self) -> None:
+        """Acknowledge the handovers of bundles the serving file no longer lists (it was just
+        rewritten, so the broker stops by it before the next holder is told to serve)."""
+        keeper = self.lease_keeper
+        if keeper is None or keeper.serving is None:
+            return
+        try:
+            keeper.send_acks()
+        except Exception as e:  # Redis away: the next check retries; the fence expires anyway
+            log.warning("handover acknowledgement failed: %s", e)
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current check."""

@@ -10,13 +10,15 @@ Redis: the deadline in the file only moves forward when a renewal succeeds. A mi
 unreadable file means: serve nothing.
 
 The broker's rule, for each bundle before serving it (docs/ownership.md, "Serving in real
-time"): serve iff the bundle is listed and ``time.monotonic() < servingUntil``.
+time"): serve iff the bundle is listed and ``servingFrom <= time.monotonic() < servingUntil``
+(``servingFrom`` lies ahead while a handover wait runs; null: not at all).
 ``lbctl agent status`` reads the same file with the same rule.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -47,6 +49,7 @@ def serving_document(table: ServingTable, now: float) -> dict[str, Any]:
             {
                 "bundle": s.bundle,
                 "token": s.token,
+                "servingFrom": s.serve_from,
                 "servingUntil": s.serve_until,
                 "renewRequestedAt": s.renew_requested_at,
             }
@@ -76,7 +79,8 @@ def read_serving_file(path: str | Path, now: float) -> dict[str, Any]:
         raise ValueError(f"{path} is not an agent serving file")
     for b in doc["bundles"]:
         until = float(b["servingUntil"])
-        b["serving"] = now < until
+        start = b.get("servingFrom", -math.inf)  # null: no start ahead (a late reply)
+        b["serving"] = start is not None and float(start) <= now < until
         b["secondsLeft"] = max(0.0, until - now)
     return doc
 

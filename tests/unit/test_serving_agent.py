@@ -43,6 +43,8 @@ class SlowStore:
         self.renew_s = 2.0
         self.answer: dict[str, bool] = {}
         self.fail: Exception | None = None
+        self.wait_ms = 0  # the handover wait every renewal answers
+        self.acks: list[tuple[str, int, float]] = []
 
     def register_broker(self, *a: Any, **k: Any) -> None:
         if self.fail:
@@ -56,6 +58,17 @@ class SlowStore:
     ) -> dict[str, bool]:
         self.clock.now += self.renew_s
         return {b: self.answer.get(b, True) for b in leases}
+
+    def renew_leases(
+        self, broker: str, leases: Mapping[str, int], now_ms: int, ttl_ms: int
+    ) -> dict[str, Lease | None]:
+        ok = self.renew_all(broker, leases, now_ms, ttl_ms)
+        wait = self.wait_ms
+        return {b: Lease(b, broker, t, 0, 0, wait) if ok[b] else None for b, t in leases.items()}
+
+    def ack_handover(self, broker: str, bundle: str, token: int) -> bool:
+        self.acks.append((bundle, token, self.clock.now))
+        return True
 
 
 def _keeper(held: Mapping[str, int]) -> tuple[LeaseKeeper, SlowStore, FakeClock, ServingTable]:
