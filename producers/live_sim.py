@@ -420,7 +420,7 @@ class LiveSim:
                     found, lease = lookup_and_assign(
                         self.store, probes[bundle], self.config, now_ms, publisher=self.events
                     )
-                except (Conflict, InvalidInput) as e:
+                except (Conflict, InvalidInput, Transient) as e:  # a race: next cycle
                     log.warning("lookup of %s failed: %s", bundle, e)
                     continue
                 if lease is not None:
