@@ -180,7 +180,8 @@ class DecodedShards:
         """Decode one shard's records into ``_made``; whether its bundle list changed."""
         made = self._made
         old = made.get(key)
-        if old is not None and old.blob is blob and old.deltas <= len(deltas):
+        # compared by value (an identical object compares in no time; another differs early)
+        if old is not None and old.blob == blob and old.deltas <= len(deltas):
             if old.deltas == len(deltas):
                 return False
             # the same whole record: apply the new deltas to a copy (a view taken before keeps
