@@ -185,8 +185,10 @@ class LeaseKeeper:
     handover wait (``Lease.wait_ms``) holds the start back; a bundle that the store no longer
     gives this broker is dropped from the table at once, and only then is the handover
     acknowledged (``ack_handover``: the next holder need not wait for the old lease's expiry).
-    With ``defer_acks`` the acknowledgements wait for ``send_acks``: the agent sends them after
-    it rewrote the serving file the broker stops by.
+    An acknowledgement leaves ``ack_delay_s`` after the stop (default ``leaseStopMarginMs``: the
+    broker's poll of the serving file and closing the bundle, as before a deadline); with
+    ``defer_acks`` only ``send_acks`` sends them: the agent does after it rewrote the serving
+    file the broker stops by.
     """
 
     def __init__(
@@ -199,6 +201,8 @@ class LeaseKeeper:
         *,
         serving: ServingTable | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        ack_delay_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.store = store
         self.broker_id = broker_id
@@ -208,7 +212,12 @@ class LeaseKeeper:
         self.serving = serving
         self.monotonic = monotonic
         self.defer_acks = False
-        self._acks: list[tuple[str, int]] = []  # (bundle, token) stopped, not yet acknowledged
+        if ack_delay_s is None:
+            ack_delay_s = serving.rule.stop_margin_s if serving is not None else 0.0
+        self.ack_delay_s = ack_delay_s
+        self.sleep = sleep
+        # (bundle, token, local time it may be acknowledged): stopped, not yet acknowledged
+        self._acks: list[tuple[str, int, float]] = []
 
     def held_leases(self, bundles: Iterable[str], now_ms: int) -> dict[str, int]:
         """bundle -> fencing token of the reported bundles this broker holds right now."""
@@ -254,17 +263,25 @@ class LeaseKeeper:
 
     def _stopped(self, bundle: str, token: int | None) -> None:
         if token is not None:
-            self._acks.append((bundle, token))
+            self._acks.append((bundle, token, self.monotonic() + self.ack_delay_s))
 
-    def send_acks(self) -> int:
-        """Acknowledge every handover this broker stopped serving for (after it stopped); one
-        that fails is retried at the next check. Returns the acknowledgements sent."""
+    def send_acks(self, *, wait: bool = False) -> int:
+        """Acknowledge the handovers this broker stopped serving for, once ``ack_delay_s`` has
+        passed since each stop (``wait``: sleep until the last is due); one that fails is
+        retried at the next call. Returns the acknowledgements sent."""
+        while wait and self._acks:
+            left = max(due for _b, _t, due in self._acks) - self.monotonic()
+            if left <= 0:
+                break
+            self.sleep(left)
         sent = 0
-        while self._acks:
-            bundle, token = self._acks[0]
-            self.store.ack_handover(self.broker_id, bundle, token)
-            self._acks.pop(0)
-            sent += 1
+        now = self.monotonic()
+        for item in list(self._acks):
+            bundle, token, due = item
+            if due <= now:
+                self.store.ack_handover(self.broker_id, bundle, token)
+                self._acks.remove(item)
+                sent += 1
         return sent
 
 
@@ -456,7 +473,7 @@ class Agent:
         if keeper is None or keeper.serving is None:
             return
         try:
-            keeper.send_acks()
+            keeper.send_acks(wait=True)
         except Exception as e:  # Redis away: the next check retries; the fence expires anyway
             log.warning("handover acknowledgement failed: %s", e)
 

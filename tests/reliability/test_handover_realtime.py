@@ -7,7 +7,8 @@ These tests run real Redis with its own clock, judge what the brokers *served* w
 ``loadbalance.serving_checker`` on the test's ``time.monotonic`` (one clock for every process
 on the host), and time the move:
 
-* a cooperative transfer completes within about two checks (the old holder's, then the new's);
+* a cooperative transfer completes within about two checks (the old holder's, then the new's)
+  plus the stop margin the old holder leaves before it acknowledges;
 * an old holder frozen by SIGSTOP in its own process (``tests.reliability.skewed_agent``) holds
   the new one back until its old lease's expiry, and no longer;
 * a split child placed on another broker waits for the parent's holder in the same way.
@@ -96,6 +97,7 @@ def test_a_cooperative_transfer_waits_for_the_old_holder_and_takes_about_two_che
             break
         time.sleep(CHECK_S / 2)
         k["A"].heartbeat([bundle], 0)
+        k["A"].send_acks(wait=True)  # as the agent does once its serving file is rewritten
         time.sleep(CHECK_S / 2)
     started = b_table.intervals()[0].start
     _assert_one_at_a_time(_intervals(k["A"], k["B"]))
@@ -123,6 +125,7 @@ def test_a_split_child_on_another_broker_waits_for_the_parents_holder(redis_url:
     assert not b_table.serving(child, time.monotonic())  # the parent's holder still serves
     time.sleep(CHECK_S)
     k["A"].heartbeat(nb.bundle_names, 0)  # A's check: the parent is gone; stop, then ack
+    k["A"].send_acks(wait=True)
     k["B"].heartbeat([child], 0)
     assert b_table.serving(child, time.monotonic())
     assert b_table.intervals()[0].start - split_at < 3 * CHECK_S

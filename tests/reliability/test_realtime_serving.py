@@ -12,8 +12,10 @@ local serving intervals onto it and fails on two brokers serving overlapping ran
 * ``test_skewed_agents_never_serve_one_range_at_once_under_pauses``: the nemesis. Four agents in
   their own processes (``tests.reliability.skewed_agent``) with clocks offset by up to 1000 s and
   running up to 4 % fast or slow, a controller placing free bundles (and splitting and merging
-  free ones), agents SIGSTOPped past their TTL, Redis SIGSTOPped and paused with ``CLIENT
-  PAUSE``. ``LB_REALTIME_NEVER_STOP=1`` runs the agents without their deadline (how the agent
+  free ones) and revoking live leases by transfer, unload, split and merge (the handover fence
+  of ``metadata_store.handover`` must hold the next holder back until the old one stopped),
+  agents SIGSTOPped past their TTL, Redis SIGSTOPped and paused with ``CLIENT PAUSE``.
+  ``LB_REALTIME_NEVER_STOP=1`` runs the agents without their deadline (how the agent
   behaved before it had one) and prints what the checker finds instead of asserting.
 """
 
@@ -133,19 +135,48 @@ class Nemesis:
     ops: Counter[str] = field(default_factory=Counter)
 
 
+def _revoke(n: Nemesis, store: RedisStore, owners: dict, live: list[str]) -> bool:
+    """Now and then end a live lease by a move while its holder serves: transfer it to another
+    live broker, unload it, split it, or merge it with its neighbour. True if it moved one."""
+    if not owners or n.rng.random() > 0.08:
+        return False
+    nb = store.get_namespace(NS)
+    assert nb is not None
+    b = n.rng.choice(sorted(owners))
+    lease, r, i = owners[b], n.rng.random(), nb.index_of(b)
+    others = sorted(x for x in live if x != lease.broker)
+    if r < 0.35 and others:
+        store.transfer(b, lease.broker, lease.token, n.rng.choice(others), 0, TTL_MS)
+        n.ops["transfer_live"] += 1
+    elif r < 0.6:
+        store.release(b, lease.broker, lease.token, 0)
+        n.ops["unload_live"] += 1
+    elif r < 0.85 and len(nb) < MAX_BUNDLES and nb.bundles[i].can_split():
+        rng_ = nb.bundles[i]
+        store.split_bundle(b, [(rng_.lower + rng_.upper) // 2], nb.version)
+        n.ops["split_live"] += 1
+    elif len(nb) > MIN_BUNDLES and i + 1 < len(nb):
+        store.merge_bundles(b, nb.bundle_names[i + 1], nb.version)
+        n.ops["merge_live"] += 1
+    else:
+        return False
+    return True
+
+
 def _controller(n: Nemesis) -> None:
-    """Sweep expired leases; place every free bundle on the least loaded live broker, or now and
-    then split or merge free bundles (a live lease is never revoked: only expiry hands a bundle
-    over)."""
+    """Sweep expired leases; revoke a live lease now and then (``_revoke``); place every free
+    bundle on the least loaded live broker, or now and then split or merge free bundles."""
     store = _store(n.server.url, "rt")
     while not n.stop.wait(0.05):
         try:
             store.sweep_expired(0)
+            live = store.live_brokers(0)
+            if _revoke(n, store, store.owners(NS, 0), live):
+                continue
             nb = store.get_namespace(NS)
             assert nb is not None
             owners = store.owners(NS, 0)
             free = [b for b in nb.bundle_names if b not in owners]
-            live = store.live_brokers(0)
             load = Counter(lease.broker for lease in owners.values())
             for b in free:
                 r = n.rng.random()
@@ -273,5 +304,7 @@ def test_skewed_agents_never_serve_one_range_at_once_under_pauses(tmp_path: Path
     assert found == [], f"{len(found)} real-time violations, e.g. {found[0].message}"
     assert n.faults["agent"] >= 2 and n.faults["redis_stop"] + n.faults["client_pause"] >= 2
     assert len(served_by) == len(AGENTS), "every agent served something"
+    for op in ("transfer_live", "unload_live", "split_live"):
+        assert n.ops[op] >= 1, f"the controller never revoked a live lease by {op}"
     handed = Counter(i.bundle for i in intervals)
     assert max(handed.values()) >= 3, "bundles were handed over between brokers"

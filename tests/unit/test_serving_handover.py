@@ -89,13 +89,26 @@ def test_the_keeper_acknowledges_a_lost_bundle_only_after_it_stopped_serving_it(
     now = [100.0]
     table = ServingTable("b", RULE)
     store = MovingStore(table, now)
-    keeper = LeaseKeeper(store, "b", 30_000, 10_000, serving=table, monotonic=lambda: now[0])
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    keeper = LeaseKeeper(
+        store, "b", 30_000, 10_000, serving=table, monotonic=lambda: now[0], sleep=sleep
+    )
     keeper.heartbeat([B1], 0)
     assert table.serving(B1, now[0]) and store.acks == []
     store.moved = True
+    keeper.heartbeat([B1], 0)  # stops at 100
+    assert not table.serving(B1, now[0]) and store.acks == []
+    assert keeper.send_acks() == 0  # the stop margin has not passed: the broker may be closing
+    now[0] += 0.2
     keeper.defer_acks = True  # the agent: acknowledge after the serving file was rewritten
     keeper.heartbeat([B1], 0)
-    assert not table.serving(B1, now[0]) and store.acks == []
-    assert keeper.send_acks() == 1
+    assert store.acks == []
+    assert keeper.send_acks(wait=True) == 1
+    assert slept == [pytest.approx(0.3)] and now[0] == pytest.approx(100.5)
     assert store.acks == [(B1, 4, False)]  # its own token, sent once it no longer served
     assert keeper.send_acks() == 0
