@@ -229,11 +229,13 @@ def run_stream(args: argparse.Namespace) -> int:
     _quiet_session(spark)
     secrets = tuple(config.secret_values())
 
+    stages: list[Any] = []
+
     def start(on_batch: Callable[[Any], None]) -> Any:
         # Everything a fresh process builds per query: a new DecisionStage (re-seeded from
         # Redis at its first batch) over the same checkpoint. Topics, the session and the
         # metrics endpoint outlive a query.
-        return start_query(spark, settings, config, on_batch=on_batch)
+        return start_query(spark, settings, config, on_batch=on_batch, stages=stages)
 
     with _sigterm_as_ctrl_c():
         try:
@@ -245,8 +247,21 @@ def run_stream(args: argparse.Namespace) -> int:
                 watch=_service_watch(args, config, settings),
             )
         finally:
+            _release_decider(stages)
             if own_session:
                 _stop_session(spark)
+
+
+def _release_decider(stages: list[Any]) -> None:
+    """Hand the decider lease back when the job ends (a clean stop, or restarts used up): a
+    restarted job then decides at its first batch. A Redis that cannot be reached just leaves
+    the lease to expire."""
+    for stage in stages:
+        try:
+            if stage.release_decider():
+                log.info("decider lease released")
+        except Exception as e:  # any failure: the lease then expires by itself
+            log.warning("decider lease not released (it expires by itself): %s", e)
 
 
 QUERY_STOP_TIMEOUT = "10s"

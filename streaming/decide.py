@@ -385,6 +385,11 @@ class DecisionStage:
         )
         self._cycle_or_warm(progress, new, stats, started, due)
 
+    def release_decider(self) -> bool:
+        """Give the decider lease up at a clean stop, so the next job (a restart of this one)
+        decides at once instead of waiting out the lease's TTL; False when none was held."""
+        return self._decider.release() if self._decider is not None else False
+
     def _lead(self, batch_id: int, rows: int) -> bool:
         """Hold the decider lease for this batch (``streaming.decider``); False when another
         job holds it: this batch then writes and publishes nothing. A lease just taken seeds the

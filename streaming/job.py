@@ -199,8 +199,10 @@ def start_query(
     settings: StreamSettings,
     config: LoadBalancerConfig,
     on_batch: Callable[[BatchStats], None] | None = None,
+    stages: list[DecisionStage] | None = None,
 ) -> Any:
-    """Start the whole query; returns the ``StreamingQuery``.
+    """Start the whole query; returns the ``StreamingQuery``. The query's decision stage is
+    appended to ``stages`` when given (the caller releases its decider lease at the end).
 
     Raises ``CheckpointMismatch`` when the checkpoint was started with another shard count."""
     # a new checkpoint's state partitions: what Spark records with its first batch
@@ -214,6 +216,8 @@ def start_query(
         seed=settings.seed,
         on_batch=on_batch,
     )
+    if stages is not None:
+        stages.append(stage)
     writer = (
         build_stream(spark, settings, config, key_partitions)
         .writeStream.queryName(settings.query_name)

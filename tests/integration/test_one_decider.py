@@ -251,3 +251,24 @@ def test_a_real_job_stamps_its_decisions_and_the_controller_applies_them(
     outcomes = [rec.reconcile(d) for d in decisions]
     assert not [o for o in outcomes if o.reason.startswith("refused")]
     assert len({o.decision_id for o in outcomes}) == len(decisions)
+
+
+def test_a_stopped_job_hands_the_lease_back_so_the_next_decides_at_once(
+    fresh_redis: redis.Redis, redis_url: str, monkeypatch: Any, captured: type[_Captured]
+) -> None:
+    """``lbctl stream`` releases its decider lease when it ends (``streaming.cli``), so its
+    restart decides at its first batch instead of waiting out the TTL (a minute here)."""
+    from streaming.cli import _release_decider
+
+    _, bundle = _store(fresh_redis)
+    old = _stage(redis_url, "host-a:1:aaaa", loadBalancerDeciderLeaseTtlMs=60_000)
+    new = _stage(redis_url, "host-a:2:bbbb", loadBalancerDeciderLeaseTtlMs=60_000)
+    _pending_cycle(fresh_redis, 5, monkeypatch, _move(bundle, "b1", "b2", "5"))
+    old(_Batch(), 5)
+    assert [d.term for d in _published(0)] == [1]
+    _release_decider([old])
+    info = DeciderLease(fresh_redis, PREFIX).read()
+    assert info is None or not info.holder, f"the lease is still held: {info}"
+    _pending_cycle(fresh_redis, 6, monkeypatch, _move(bundle, "b2", "b1", "6"))
+    new(_Batch(), 6)
+    assert [d.term for d in _published(1)] == [2]
