@@ -32,6 +32,10 @@ key                      type    fields / format                          reposi
                                  (+ ``race``); capped near 100,000
 ``P:event-outbox``       hash    decision id -> JSON ``{bundle: [broker,  ``EventOutbox``
                                  token, expiresMs] | null}``
+``P:sweep-outbox``       hash    ``<bundle>|<token>`` -> JSON ``[broker,   ``SweepOutbox``
+                                 token, expiresMs, sweptAtMs]``: each
+                                 lease the sweep removed, until its
+                                 bundle is placed again or gone
 ``P:prealloc:<broker>``  hash    bundle -> JSON ``{shortTerm, longTerm,   ``Preallocations``
                                  topics}``
 ``P:placement:version``  string  placements recorded (``INCR`` by every   ``Preallocations``,
@@ -70,7 +74,8 @@ key                      type    fields / format                          reposi
 
 Repositories: ``RedisStore`` (``ownership_redis``, the ``OwnershipStore`` of
 ``protocol``), ``OutcomeLog`` (``outcomes``), ``EventOutbox`` (``outbox``),
-``Preallocations`` (``placement_state``), ``RecoveryState`` (``recovery_state``),
+``SweepOutbox`` (``sweep_outbox``), ``Preallocations`` (``placement_state``),
+``RecoveryState`` (``recovery_state``),
 ``PlacementPoliciesStore`` (``placement_policies``, isolation policies, anti-affinity groups
 and failure domains), ``DeciderLease`` (``decider_lease``, the one-decider lease and its
 term), ``LoadSnapshot`` (``load_snapshot``, written by the streaming job through
@@ -150,6 +155,10 @@ class Keys:
 
     def event_outbox(self) -> str:
         return self._k("event-outbox")
+
+    def sweep_outbox(self) -> str:
+        """The leases the expiry sweep removed, until announced and placed again."""
+        return self._k("sweep-outbox")
 
     def prealloc(self, broker: str) -> str:
         return self._k(f"prealloc:{broker}")

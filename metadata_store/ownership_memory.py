@@ -27,6 +27,7 @@ from loadbalance.lease_history import NamespaceVersion, Recorder, Revocation
 from metadata_store.handover import HandoverFence, ranges_overlap
 from metadata_store.leases import BrokerNotAlive, Lease, canonical_bundle, claim_of
 from metadata_store.outcomes import MemoryOutcomeLog
+from metadata_store.sweep_outbox import MemorySweepOutbox
 from metadata_store.sweeps import OnExpired, OnMalformed
 
 __all__ = ["MemoryStore"]
@@ -56,6 +57,11 @@ class MemoryStore:
         # handover fences per namespace, by the old holder's token (metadata_store.handover)
         self._handover: dict[str, dict[int, HandoverFence]] = {}
         self._not_before: dict[str, int] = {}  # bundle -> its lease's ``notbefore`` (ms)
+
+    @functools.cached_property
+    def sweep_outbox(self) -> MemorySweepOutbox:
+        """The leases the sweep removed, until announced and placed again (``RedisStore``'s)."""
+        return MemorySweepOutbox()
 
     @functools.cached_property
     def outcomes(self) -> MemoryOutcomeLog:
@@ -368,7 +374,8 @@ class MemoryStore:
         on_malformed: OnMalformed | None = None,
     ) -> list[Lease]:
         """``RedisStore.sweep_expired``: one batch, judged whole under the lock before any
-        removal; nothing is ever malformed, since this store holds only ``Lease`` values."""
+        removal, each removal written to ``sweep_outbox`` in the same step; nothing is ever
+        malformed, since this store holds only ``Lease`` values."""
         with self._lock:
             now_ms = self._time(now_ms)
             self._seen(now_ms)
@@ -377,6 +384,7 @@ class MemoryStore:
             for lease in gone:
                 del self._leases[lease.bundle]
                 self._revoke(lease, now_ms, "sweep")
+            self.sweep_outbox.record(gone, now_ms)
         if gone and on_expired is not None:
             on_expired(list(gone))
         if on_malformed is not None:

@@ -64,6 +64,7 @@ from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.placement_state import PlacementChanged, Preallocations
 from metadata_store.processes import ProcessRegistry
 from metadata_store.recovery_state import RecoveryState
+from metadata_store.sweep_outbox import SweepOutbox
 from metadata_store.sweeps import OnExpired, OnMalformed
 
 # Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
@@ -236,12 +237,14 @@ return {1, now}
 """
 )
 
-# KEYS: lease keys...; ARGV: now, prefix, prefix length
+# KEYS: sweep outbox key, lease keys...; ARGV: now, prefix, prefix length
 # Removes each lease that is expired *now* (judged here, not by an earlier read), so a renewal
 # that lands between a scan and this script keeps its lease. Two passes: the first judges every
 # key and only reads, the second deletes; a key that holds no lease (not a hash, a field missing
 # or not a finite number, its broker's owned set not a set) is reported and left alone, so no
 # error can stop the script after it deleted some leases (Redis does not undo a failed script).
+# Each lease removed is written to the sweep outbox in the same step, so a controller killed
+# before announcing it leaves the entry for the next sweep (``metadata_store.sweep_outbox``).
 # -> {now, #bad, bad name1, ..., bundle1, broker1, token1, expires1, ...} (the leases removed)
 _LUA_SWEEP = (
     _LUA_CLOCK
@@ -254,7 +257,8 @@ local function num(x)
   return n
 end
 local doomed, bad = {}, {}
-for _, key in ipairs(KEYS) do
+for i = 2, #KEYS do
+  local key = KEYS[i]
   local kind = redis.call('TYPE', key)['ok']
   local bundle = string.sub(key, plen + 1)
   if kind == 'hash' then
@@ -280,6 +284,8 @@ for _, name in ipairs(bad) do table.insert(out, name) end
 for _, d in ipairs(doomed) do
   redis.call('DEL', d[1])
   redis.call('SREM', d[6], d[2])
+  local entry = cjson.encode({d[3], d[4], d[5], now})
+  redis.call('HSET', KEYS[1], d[2] .. '|' .. string.format('%d', d[4]), entry)
   table.insert(out, d[2])
   table.insert(out, d[3])
   table.insert(out, d[4])
@@ -757,7 +763,8 @@ class RedisStore:
         now_arg = self._now(now_ms)
 
         def flush() -> None:
-            res = self._sweep(keys=batch, args=[now_arg, self.p, prefix_len])
+            outbox = self.keys.sweep_outbox()
+            res = self._sweep(keys=[outbox, *batch], args=[now_arg, self.p, prefix_len])
             batch.clear()
             at_ms, n_bad = int(res[0]), int(res[1])
             bad.extend(_text(x) for x in res[2 : 2 + n_bad])
@@ -907,6 +914,10 @@ class RedisStore:
     @functools.cached_property
     def outbox(self) -> EventOutbox:
         return EventOutbox(self.r, self.p)
+
+    @functools.cached_property
+    def sweep_outbox(self) -> SweepOutbox:
+        return SweepOutbox(self.r, self.p)
 
     @functools.cached_property
     def load_snapshot(self) -> LoadSnapshot:
