@@ -150,6 +150,7 @@ return out
 #       [, expected placement version, preallocation document]
 # -> {1, broker, token, expires, now, wait} | {0, owner, token, expires, now} | {-1} | {-2}
 #    | {-3, placement version} (a placement's acquire: another placement was recorded since)
+#    | {-4} (the lease key holds no lease: left alone, as the sweep leaves it)
 # A placement's acquire also records the preallocation and bumps the placement version in the
 # step that takes the lease (``metadata_store.placement_state``). The new lease's ``notbefore``
 # is the latest live handover fence over its range (``wait``: how long from now).
@@ -166,7 +167,10 @@ local v = redis.call('HGET', KEYS[1], 'version')
 if not v or tonumber(v) ~= tonumber(ARGV[2]) then return {-1} end
 local bexp = redis.call('HGET', KEYS[3], 'expires')
 if not bexp or tonumber(bexp) <= now then return {-2} end
+local lk = redis.call('TYPE', KEYS[2])['ok']
+if lk ~= 'none' and lk ~= 'hash' then return {-4} end
 local cur = redis.call('HMGET', KEYS[2], 'broker', 'token', 'expires')
+if lk == 'hash' and not (cur[1] and tonumber(cur[2]) and tonumber(cur[3])) then return {-4} end
 if cur[1] and tonumber(cur[3]) > now then
   return {0, cur[1], tonumber(cur[2]), tonumber(cur[3]), now}
 end
@@ -320,6 +324,17 @@ return {1, token, exp, now, math.max(0, nb - now)}
 )
 
 MAX_RETRIES = 5
+
+
+class MalformedLease(Conflict):
+    """A lease key holds no lease (not a hash, or a field missing or not a number): nothing
+    takes the bundle until an operator repairs or deletes the key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key} holds no lease; repair or delete it (redis-cli DEL {key})")
+        self.key = key
+
+
 SWEEP_BATCH = 500  # lease keys judged per sweep script (bounds the time Redis is busy)
 CLOCKS = ("caller", "server")
 
@@ -610,6 +625,8 @@ class RedisStore:
             )
             if res[0] == -3:
                 raise PlacementChanged(placed[0], int(res[1]))
+            if res[0] == -4:
+                raise MalformedLease(self._lease(r))
             if res[0] == -1:
                 continue  # boundaries changed between the read and the script: re-read
             if res[0] == -2:
@@ -719,9 +736,17 @@ class RedisStore:
         return sorted(live, key=lambda f: f.token)
 
     def owner(self, bundle: BundleRange | str, now_ms: int) -> Lease | None:
+        """The live lease of ``bundle``, or None: no lease, an expired one, or a key that holds
+        no lease (the sweep names it; ``acquire`` refuses it with ``MalformedLease``)."""
         r = canonical_bundle(bundle)
-        now, (raw,) = self._read_now(now_ms, lambda p: p.hmget(self._lease(r), *LEASE_FIELDS))
-        return _live_lease(r.name, raw, now)
+        try:
+            now, (raw,) = self._read_now(now_ms, lambda p: p.hmget(self._lease(r), *LEASE_FIELDS))
+        except redis.ResponseError as e:
+            if "WRONGTYPE" in str(e):  # a pipeline's error names its command first
+                return None
+            raise
+        lease = _stored_lease(r.name, raw)
+        return lease if lease is not None and lease.expires_at_ms > now else None
 
     def owners(self, ns: str, now_ms: int) -> dict[str, Lease]:
         nb = self._require_ns(ns)
