@@ -23,6 +23,7 @@ T_AGENT = "tests/integration/test_agent_redis.py"
 T_RESILIENCE = "tests/unit/test_agent_resilience.py"
 T_SERVING = "tests/unit/test_serving.py"
 T_SERVING_AGENT = "tests/unit/test_serving_agent.py"
+T_HANDOVER = "tests/unit/test_serving_handover.py"
 REALTIME = (
     "tests/reliability/test_realtime_serving.py::"
     "test_a_lease_the_store_ends_early_is_caught_in_real_time"
@@ -74,8 +75,8 @@ KEEPER_MUTANTS: tuple[Mutant, ...] = (
         "agent.keeper.lease_ttl",
         "renewals extend by the lease TTL, not the registration TTL",
         AGENT,
-        "self.store.renew_all(self.broker_id, held, now_ms, self.lease_ttl_ms)",
-        "self.store.renew_all(self.broker_id, held, now_ms, self.registration_ttl_ms)",
+        "self.lease_ttl_ms = lease_ttl_ms",
+        "self.lease_ttl_ms = registration_ttl_ms",
         (),
         (_a("test_the_keeper_renews_only_what_its_broker_holds"),),
     ),
@@ -117,8 +118,8 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         "agent.serving.t0.reply",
         "the keeper stamps t0 before sending the renewal (not with the reply's time)",
         AGENT,
-        "table.renewed(b, held[b], requested_at, replied_at)",
-        "table.renewed(b, held[b], replied_at, replied_at)",
+        "table.renewed(b, held[b], requested_at, replied_at",
+        "table.renewed(b, held[b], replied_at, replied_at",
         (
             f"{T_SERVING_AGENT}::test_the_deadline_counts_from_when_the_renewal_was_sent_not_answered",
         ),
@@ -147,6 +148,15 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         (),
     ),
     Mutant(
+        "serving.handover_wait",
+        "a lease granted with a handover wait is served only after the stretched wait + margin",
+        SERVING,
+        "return replied_at + wait_s * (1.0 + 2.0 * self.drift_bound) + self.stop_margin_s",
+        "return replied_at",
+        (f"{T_HANDOVER}::test_serve_from_is_the_reply_plus_the_stretched_wait_plus_the_margin",),
+        (),
+    ),
+    Mutant(
         "serving.deadline",
         "a bundle is served only until its serve-until (no renewal: the broker stops)",
         SERVING,
@@ -161,7 +171,7 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         "serving.late_reply",
         "a renewal whose reply came after its own deadline serves nothing",
         SERVING,
-        "if until > replied_at:",
+        "if until > replied_at and until > start:",
         "if True:",
         (f"{T_SERVING}::test_a_reply_after_its_own_deadline_serves_nothing",),
         (),
@@ -170,8 +180,8 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         "agent.serving.refused_stops",
         "a renewal the store refuses stops serving the bundle at once",
         AGENT,
-        "                else:\n                    table.lost(b, replied_at)",
-        "                else:\n                    pass",
+        "table.lost(b, replied_at)",
+        "pass",
         (f"{T_SERVING_AGENT}::test_a_refused_renewal_or_another_owner_stops_serving_at_once",),
         (_a("test_a_refused_renewal_stops_serving_at_once"),),
     ),
@@ -179,8 +189,8 @@ SERVING_MUTANTS: tuple[Mutant, ...] = (
         "agent.serving.not_held_stops",
         "a bundle the store gives to another broker stops being served at the next check",
         AGENT,
-        "                    table.lost(b, seen_at)",
-        "                    pass",
+        "if b not in held:  # another owner",
+        "if False:  # another owner",
         (f"{T_SERVING_AGENT}::test_a_refused_renewal_or_another_owner_stops_serving_at_once",),
         (_a("test_a_bundle_moved_away_stops_being_served_at_the_next_check"),),
     ),

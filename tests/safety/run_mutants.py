@@ -278,7 +278,10 @@ def markdown_table(results: Sequence[Result]) -> str:
     the harness's order, with the guard it breaks and the test that killed it."""
     rows = ["| mutant | guard broken | killed by |", "|---|---|---|"]
     for r in results:
-        killer = f"`{r.killed_by}`" if r.status == "killed" else f"**{r.status.upper()}**"
+        test, bracket, param = r.killed_by.partition("[")
+        if len(param) > 24:  # a reply text as the parameter: its first word says which
+            param = param.split()[0] + " ...]"
+        killer = f"`{test}{bracket}{param}`" if r.status == "killed" else r.status.upper()
         rows.append(f"| `{r.mutant}` | {r.guard} | {killer} |")
     return "\n".join(rows)
 

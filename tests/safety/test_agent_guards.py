@@ -94,31 +94,40 @@ def test_a_failed_renewal_is_counted_and_the_agent_keeps_reporting() -> None:
 RULE = ServingRule(ttl_s=10.0, drift_bound=0.01, stop_margin_s=0.5)
 
 
-class _Ticks:
-    """A monotonic clock that moves one second per reading: the keeper reads it once when it
-    checks what it still holds, once before sending the renewal, once after its reply."""
+class _Clock:
+    """The broker's monotonic clock, set by the test; a renewal takes ``RENEWAL_S`` of it."""
 
     def __init__(self) -> None:
-        self.now = 0.0
+        self.now = 10.0
 
     def __call__(self) -> float:
-        self.now += 1.0
         return self.now
 
 
-def _serving_keeper(client: redis.Redis) -> tuple[RedisStore, LeaseKeeper, str, int]:
-    """A keeper of broker ``mine`` with a serving table, and the bundle it holds (renewed once:
-    checked at 1 s, sent at 2 s, answered at 3 s, so it serves until 2 + 9.9 - 0.5 = 11.4 s)."""
+RENEWAL_S = 2.0
+
+
+def _serving_keeper(client: redis.Redis) -> tuple[RedisStore, LeaseKeeper, _Clock, str, int]:
+    """A keeper of broker ``mine`` with a serving table, and the bundle it holds, renewed once:
+    sent at 10 s, answered at 12 s, so it serves from 12 s until 10 + 9.9 - 0.5 = 19.4 s."""
     store = RedisStore(client, prefix="serve")
     store.create_namespace(NS, 2)
     for broker in ("mine", "theirs"):
         store.register_broker(broker, now_ms=0, ttl_ms=REGISTRATION_TTL_MS)
     bundle = store.get_namespace(NS).bundle_names[0]
     lease = store.acquire(bundle, "mine", now_ms=0, ttl_ms=TTL_MS)
+    clock = _Clock()
+    real_renew = store.renew_leases
+
+    def slow_renew(*args: object, **kwargs: object) -> object:
+        clock.now += RENEWAL_S
+        return real_renew(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.renew_leases = slow_renew  # type: ignore[method-assign]
     keeper = LeaseKeeper(store, "mine", REGISTRATION_TTL_MS, TTL_MS,
-                         serving=ServingTable("mine", RULE), monotonic=_Ticks())  # fmt: skip
+                         serving=ServingTable("mine", RULE), monotonic=clock)  # fmt: skip
     assert keeper.heartbeat([bundle], now_ms=1_000) == {bundle: True}
-    return store, keeper, bundle, lease.token
+    return store, keeper, clock, bundle, lease.token
 
 
 def test_the_keeper_serves_from_the_reply_until_the_deadline_of_the_send_time(
@@ -126,22 +135,22 @@ def test_the_keeper_serves_from_the_reply_until_the_deadline_of_the_send_time(
 ) -> None:
     """t0 is read before the renewal is sent: the store ran it at or after t0, never after the
     reply, so counting from the reply would serve past a lease that may have lapsed."""
-    _, keeper, bundle, token = _serving_keeper(fresh_redis)
+    _, keeper, _, bundle, token = _serving_keeper(fresh_redis)
     table = keeper.serving
     assert table is not None
-    (st,) = table.status(5.0)
+    (st,) = table.status(15.0)
     assert (st.bundle, st.token, st.serving) == (bundle, token, True)
-    assert st.renew_requested_at == 2.0
-    assert st.serve_until == pytest.approx(11.4)
-    assert not table.serving(bundle, 2.5), "not before the reply"
-    assert table.serving(bundle, 11.3) and not table.serving(bundle, 11.4)
+    assert st.renew_requested_at == 10.0
+    assert st.serve_until == pytest.approx(19.4)
+    assert not table.serving(bundle, 11.0), "not before the reply"
+    assert table.serving(bundle, 19.3) and not table.serving(bundle, 19.4)
 
 
 def test_a_refused_renewal_stops_serving_at_once(fresh_redis: redis.Redis) -> None:
     """The lease moves to another broker between the keeper's read and its renewal: the store
-    refuses the renewal, and the broker must stop serving when the reply says so (6 s), not
-    at the deadline of its previous renewal (11.4 s)."""
-    store, keeper, bundle, token = _serving_keeper(fresh_redis)
+    refuses the renewal, and the broker must stop serving when the reply says so (16 s), not
+    at the deadline of its previous renewal (19.4 s)."""
+    store, keeper, clock, bundle, token = _serving_keeper(fresh_redis)
     table = keeper.serving
     assert table is not None
     real_owners = store.owners
@@ -153,20 +162,22 @@ def test_a_refused_renewal_stops_serving_at_once(fresh_redis: redis.Redis) -> No
         return got
 
     store.owners = owners_then_moved  # type: ignore[method-assign]
+    clock.now = 14.0
     assert keeper.heartbeat([bundle], now_ms=2_000) == {bundle: False}
-    assert not table.serving(bundle, 6.0) and table.bundles() == []
-    assert [(i.start, i.end) for i in table.intervals()] == [(3.0, 6.0)]
+    assert not table.serving(bundle, 16.0) and table.bundles() == []
+    assert [(i.start, i.end) for i in table.intervals()] == [(12.0, 16.0)]
 
 
 def test_a_bundle_moved_away_stops_being_served_at_the_next_check(
     fresh_redis: redis.Redis,
 ) -> None:
     """The controller moved the bundle: the keeper no longer holds it, so the next check stops
-    serving it when it reads the owners (4 s), without waiting for its old deadline."""
-    store, keeper, bundle, token = _serving_keeper(fresh_redis)
+    serving it when it reads the owners (14 s), without waiting for its old deadline."""
+    store, keeper, clock, bundle, token = _serving_keeper(fresh_redis)
     table = keeper.serving
     assert table is not None
     store.transfer(bundle, "mine", token, "theirs", now_ms=1_500, ttl_ms=TTL_MS)
+    clock.now = 14.0
     assert keeper.heartbeat([bundle], now_ms=2_000) == {}
-    assert not table.serving(bundle, 4.0) and table.bundles() == []
-    assert [(i.start, i.end) for i in table.intervals()] == [(3.0, 4.0)]
+    assert not table.serving(bundle, 14.0) and table.bundles() == []
+    assert [(i.start, i.end) for i in table.intervals()] == [(12.0, 14.0)]
