@@ -15,7 +15,8 @@ broker less usage than a weak one):
 2. otherwise the move that leaves the least **excess** above the target on the two brokers
    (the largest bundle that fits where it goes: each move then does as much of the work as one
    move can, which is what keeps the count of moves low), then the flatter cluster, then the
-   cheaper bundle.
+   cheaper bundle; a move that leaves its destination within the target before one that pushes
+   it over (that broker would have to be shed in turn, a second move for the same load).
 
 A move must lower the higher load of its pair and must not raise the cluster's max/mean (work
 moved to a stronger broker costs less usage there, so the mean falls with it);
@@ -154,7 +155,8 @@ class MoveSearch:
         )
         if excess <= 0.0:
             return (0, 0.0, cost, squares, c.bundle, d)
-        return (1, excess, squares, cost, c.bundle, d)
+        over = 1 if load_d <= target else 2  # a destination pushed over must be shed in turn
+        return (over, excess, squares, cost, c.bundle, d)
 
     def lone(self, s: str, c: Candidate, margin: float) -> str | None:
         """Where a broker's only bundle would sit lowest, if that is at least ``margin`` below
