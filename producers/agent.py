@@ -237,7 +237,8 @@ class LeaseKeeper:
         return held
 
     def heartbeat(self, bundles: Iterable[str], now_ms: int) -> dict[str, bool]:
-        """Register/heartbeat, then renew; returns bundle -> renewed."""
+        """Register/heartbeat, then renew; returns bundle -> renewed. A bundle the broker
+        stops serving here is acknowledged after the stop (``send_acks``)."""
         self.store.register_broker(self.broker_id, now_ms, self.registration_ttl_ms, self.info)
         held = self.held_leases(bundles, now_ms)
         table = self.serving
@@ -246,8 +247,9 @@ class LeaseKeeper:
         seen_at = self.monotonic()
         for b in table.bundles():
             if b not in held:  # another owner, released, split away or no longer reported
-                self._stopped(b, table.token(b))
+                token = table.token(b)
                 table.lost(b, seen_at)
+                self._stopped(b, token)
         requested_at = self.monotonic()
         answers = self.store.renew_leases(self.broker_id, held, now_ms, self.lease_ttl_ms)
         replied_at = self.monotonic()
@@ -255,11 +257,28 @@ class LeaseKeeper:
             if lease is not None:
                 table.renewed(b, held[b], requested_at, replied_at, lease.wait_ms / 1000.0)
             else:
-                self._stopped(b, table.token(b))
                 table.lost(b, replied_at)
+                self._stopped(b, held[b])
         if not self.defer_acks:
             self.send_acks()
         return {b: lease is not None for b, lease in answers.items()}
+
+    def stop_lost(self, held: Iterable[str]) -> None:
+        """Stop serving every bundle of the table not in ``held`` (what the store gives this
+        broker, read by the caller), then acknowledge unless deferred: the live simulator's
+        first pass, so a move completes in the cycle every broker saw it."""
+        table = self.serving
+        if table is None:
+            return
+        keep = set(held)
+        seen_at = self.monotonic()
+        for b in table.bundles():
+            if b not in keep:
+                token = table.token(b)
+                table.lost(b, seen_at)
+                self._stopped(b, token)
+        if not self.defer_acks:
+            self.send_acks()
 
     def _stopped(self, bundle: str, token: int | None) -> None:
         if token is not None:

@@ -40,7 +40,11 @@ One cycle, in fast mode's order:
    (``LeaseKeeper``, the broker agent's piece, fenced by token), which moves its local
    serve-until per bundle (``loadbalance.serving``, the agent's rule: send time of the last
    successful renewal + ``ttl * (1 - leaseClockDriftBound) - leaseStopMarginMs`` on the
-   broker's monotonic clock).
+   broker's monotonic clock). A lease that came by a move (the controller's transfer, unload,
+   split or merge) starts only once the store answers no handover wait; a broker that lost a
+   bundle stops it and then acknowledges the handover (``metadata_store.handover``; a simulated
+   broker stops at once, so with no stop margin). Every broker drops what it lost before any
+   renews, so a move's new owner serves from the first cycle that sees the move.
 5. ``sim_model.reports_at`` computes the reports for exactly the bundles each live broker owns
    in Redis *and* may still serve by its own clock; each is published as ``LocalBrokerData``
    JSON keyed by broker id, stamped with the cycle's virtual time. ``serving_intervals()``
@@ -283,6 +287,7 @@ class LiveSim:
                 info,
                 serving=ServingTable(broker, self.serving_rule),
                 monotonic=self.monotonic,
+                ack_delay_s=0.0,  # a simulated broker stops the instant its table says so
             )
             self._keepers[broker] = keeper
         return keeper
@@ -373,10 +378,10 @@ class LiveSim:
                 self.live.add(name)
                 self._register(name, now_ms)
             elif action == BROKER_DOWN and name in self.live:
-                self._release_all(name, now_ms)
                 table = self._keeper(name).serving
-                if table is not None:  # released: it serves nothing from here on
+                if table is not None:  # it stops serving first, then releases and acknowledges
                     table.stop_all(self.monotonic())
+                self._release_all(name, now_ms)
                 # a heartbeat with a zero TTL ends the registration: gone, not just silent
                 self.store.register_broker(name, now_ms, 0)
                 self.live.discard(name)  # last, so a Redis error here is retried whole
@@ -391,6 +396,7 @@ class LiveSim:
         for lease in self.leases(self.namespaces(), now_ms).values():
             if lease.broker == broker:
                 self.store.release(lease.bundle, broker, lease.token, now_ms)
+                self.store.ack_handover(broker, lease.bundle, lease.token)  # it stopped already
                 self._announce(
                     OwnershipEvent(RELEASED, lease.bundle, now_ms, old_owner=broker,
                                    old_token=lease.token, reason=f"{broker} left")
@@ -479,7 +485,14 @@ class LiveSim:
         self, cycle: int, live: Sequence[str], owners: Mapping[str, str], now_ms: int
     ) -> None:
         """Heartbeat every live broker and renew the leases Redis gives it, before it serves
-        them: a broker serves a bundle only after a renewal of its own succeeded."""
+        them: a broker serves a bundle only after a renewal of its own succeeded. First every
+        broker stops (and acknowledges) what Redis no longer gives it, so a move's new owner
+        finds no handover wait left in the same cycle."""
+        for broker in live:
+            try:
+                self._keeper(broker).stop_lost(b for b, o in owners.items() if o == broker)
+            except Exception as e:  # an acknowledgement not sent: retried at the next cycle
+                log.warning("cycle %d: handover acknowledgement of %s failed: %s", cycle, broker, e)
         for broker in live:
             mine = [b for b, o in owners.items() if o == broker]
             try:

@@ -19,7 +19,14 @@ from loadbalance.lease_checker import Violation
 from loadbalance.report_codec import report_to_dict
 from loadbalance.serving import ServingRule
 from loadbalance.serving_checker import ClockBound, check_serving
-from tests.integration.test_live_sim import NS, FakeClock, load, make_sim, play
+from tests.integration.test_live_sim import (
+    NS,
+    WALL_STEP_MS,
+    FakeClock,
+    load,
+    make_sim,
+    play,
+)
 
 VICTIM = "broker-01"
 CRASH = [{"at_cycle": 1, "kind": "crash", "names": [VICTIM]}]
@@ -71,3 +78,29 @@ def test_a_broker_that_ignored_its_deadline_would_be_caught(
     )
     assert held
     assert {v.kind for v in found} == {"real_time_overlap"}
+
+
+def test_a_transfer_hands_over_in_the_next_cycle_and_never_serves_twice(
+    redis_url: str, kafka_bootstrap: str, unique_topic: Callable[..., str], fresh_redis: redis.Redis
+) -> None:
+    """The controller moves a live lease while its holder serves: the old holder stops and
+    acknowledges in the next cycle, and the new one serves from that cycle on (not after the
+    old lease's 30 s, three cycles), never at the same time."""
+    scenario = load(3)
+    clock = FakeClock()
+    sim = make_sim(scenario, redis_url, kafka_bootstrap, unique_topic(prefix="ho"), "ho", 3, clock)
+    sim.setup()
+    play(sim, clock, range(1))
+    for bundle, lease in sorted(sim.store.owners(NS, clock()).items()):
+        dest = next(b for b in sorted(scenario.initial_brokers, reverse=True) if b != lease.broker)
+        moved = sim.store.transfer(bundle, lease.broker, lease.token, dest, clock(), 30_000)
+        assert moved.wait_ms > 0  # the old holder still serves
+    moved_at = clock() / 1000.0
+    play(sim, clock, range(1, 3))
+    sim.publisher.close()
+    clocks = {b: ClockBound.skewed(0.0, 1.0) for b in scenario.initial_brokers}
+    found = check_serving(sim.serving_intervals(), clocks)
+    assert found == [], "\n".join(v.message for v in found)
+    late = [i for i in sim.serving_intervals() if i.start >= moved_at]
+    assert late and max(i.start for i in late) < moved_at + WALL_STEP_MS / 1000.0
+    assert sim.last is not None and len(sim.last.owners) == len(late)
