@@ -417,7 +417,7 @@ def failure_summary(text: str) -> str:
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or "unknown error"
     marker = "Traceback (most recent call last):"
     if marker in text:
-        after = text.split(marker, 1)[1].splitlines()
+        after = text.rsplit(marker, 1)[1].splitlines()  # the innermost: a worker's own error
         cause = next(
             (ln.strip() for ln in after if ln.strip() and not ln[:1].isspace()),
             "",

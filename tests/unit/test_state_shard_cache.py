@@ -364,3 +364,27 @@ def test_a_worker_reads_only_the_deltas_it_missed():
     ):
         expected = _run(proc2, rate, t, part)
     assert a.peek("s:0")[1].to_bytes() == expected.to_bytes()
+
+
+def test_the_refusal_is_the_line_lbctl_stream_logs_for_the_failed_query():
+    """Spark wraps a worker's error in the foreachBatch proxy's traceback; the job's one-line
+    summary names the worker's own error, the refusal, not the wrapper."""
+    from streaming.cli import failure_summary
+
+    refusal = OlderStateLayout("s:0.3", "410c294d77e646439a819a0eb4606f86:1:3e6bf")
+    text = (
+        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in "
+        "foreach batch sink. Reason: An exception was raised by the Python Proxy. Return "
+        "Message: Traceback (most recent call last):\n"
+        '  File "/work/main/streaming/job.py", line 1, in call\n'
+        "    batch.collect()\n"
+        "pyspark.errors.exceptions.captured.PythonException: An exception was thrown from the "
+        "Python worker:\nTraceback (most recent call last):\n"
+        '  File "/work/main/streaming/shard_store.py", line 67, in read\n'
+        "    raise OlderStateLayout(key_name, stored_tag)\n"
+        f"streaming.shard_store.OlderStateLayout: {refusal}\n\n"
+        "\tat py4j.Protocol.getReturnValue(Protocol.java:476)\n"
+    )
+    line = failure_summary(text)
+    assert "\n" not in line and line.endswith(str(refusal)[-60:])
+    assert "OlderStateLayout: the checkpoint's state of shard s:0 is of an older layout" in line
