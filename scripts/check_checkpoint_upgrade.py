@@ -95,7 +95,7 @@ def run_job(
     """Run ``root``'s job until ``batches`` batches are committed in ``checkpoint``, then stop
     it (SIGINT); return the batches committed."""
     bootstrap, redis_url = services
-    log_path = checkpoint.parent / f"{prefix}-{root.name}.log"
+    log_path = checkpoint.parent / f"{checkpoint.name}-{root.name}.log"
     command = [
         sys.executable, "-m", "streaming.submit", "--bootstrap-servers", bootstrap,
         "--redis-url", redis_url, "--checkpoint", str(checkpoint), "--trigger-seconds", "0.5",
@@ -108,8 +108,8 @@ def run_job(
         job = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and committed(checkpoint) < batches:
-            if job.poll() is not None:
-                break
+            if job.poll() is not None or refused(checkpoint, root):
+                break  # a refused checkpoint is refused again at every restart
             time.sleep(1)
         time.sleep(3)
         job.send_signal(signal.SIGINT)
@@ -122,10 +122,10 @@ def run_job(
     return n
 
 
-def refused(checkpoint: Path) -> str | None:
-    """The state step's one-line refusal of an older layout, if this checkout's run logged it
-    (``streaming.shard_store.OlderStateLayout``)."""
-    log_path = checkpoint.parent / f"{checkpoint.name}-{ROOT.name}.log"
+def refused(checkpoint: Path, root: Path = ROOT) -> str | None:
+    """The state step's one-line refusal of an older layout, if ``root``'s run over
+    ``checkpoint`` logged it (``streaming.shard_store.OlderStateLayout``)."""
+    log_path = checkpoint.parent / f"{checkpoint.name}-{root.name}.log"
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
     for line in text.splitlines():
         if "OlderStateLayout" in line and "older layout" in line:
