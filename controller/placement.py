@@ -61,14 +61,14 @@ from infra import metrics
 from loadbalance.bundles import bundle_namespace
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import cycle_rng, weights_from_config
-from loadbalance.errors import Conflict
+from loadbalance.errors import Conflict, InvalidInput, Transient
 from loadbalance.placement.pipeline import BrokerSelector
 from loadbalance.snapshot import bundle_data_from_document
 from loadbalance.time_average import BundleData
 from loadbalance.view import ClusterView
 from metadata_store.leases import Lease
 from metadata_store.load_snapshot import shards_from_docs
-from metadata_store.ownership_redis import RedisStore
+from metadata_store.ownership_redis import MalformedLease, RedisStore
 from metadata_store.placement_state import PlacementChanged
 from metadata_store.protocol import OwnershipStore
 
@@ -304,7 +304,7 @@ def place(
             lease = store.acquire(bundle, dest, now_ms, ttl_ms)
         else:
             lease = acquire(bundle, dest, now_ms, ttl_ms, data)
-    except PlacementChanged:
+    except (PlacementChanged, MalformedLease):
         raise
     except Conflict:
         metrics.ASSIGN_BROKER_BREAKDOWN_TOTAL.labels(result="Skip").inc()
@@ -320,14 +320,34 @@ def lookup_assign_event(
     store: RedisStore, topic: str, config: LoadBalancerConfig, now_ms: int
 ) -> tuple[str, Lease | None, OwnershipEvent | None]:
     """Pulsar's lookup: the topic's bundle and its owner, assigning a free bundle first; the
-    third item is the ``assigned`` event when this lookup granted the lease."""
-    bundle, lease = store.lookup(topic, now_ms)
-    if lease is not None:
-        metrics.LOOKUPS.labels(result="owned").inc()
-        return bundle, lease, None
-    lease, event = assign_with_event(store, bundle, config, now_ms, reason=f"lookup of {topic}")
-    metrics.LOOKUPS.labels(result="assigned" if event else "owned" if lease else "none").inc()
-    return bundle, lease, event
+    third item is the ``assigned`` event when this lookup granted the lease.
+
+    Two races are retried once with a fresh lookup and view, as the sweep survives them: the
+    chosen broker's registration lapses before the acquire (``BrokerNotAlive``), or the bundle
+    is split or merged between the namespace read and the acquire (``InvalidInput``). Lost
+    twice, the lookup raises ``Transient``: the client looks up again. ``MalformedLease`` (a
+    ``Conflict``) when the bundle's lease key holds no lease.
+    """
+    race = ""
+    for _ in range(LOOKUP_ATTEMPTS):
+        bundle, lease = store.lookup(topic, now_ms)
+        if lease is not None:
+            metrics.LOOKUPS.labels(result="owned").inc()
+            return bundle, lease, None
+        try:
+            lease, event = assign_with_event(
+                store, bundle, config, now_ms, reason=f"lookup of {topic}"
+            )
+        except InvalidInput as e:  # BrokerNotAlive is one
+            race = e.reason
+            continue
+        metrics.LOOKUPS.labels(result="assigned" if event else "owned" if lease else "none").inc()
+        return bundle, lease, event
+    raise Transient(f"lookup of {topic} lost a placement race twice ({race}); look it up again")
+
+
+LOOKUP_ATTEMPTS = 2
+"""A lookup's placements before a race (broker lapsed, bundle split) becomes ``Transient``."""
 
 
 def lookup_and_assign(

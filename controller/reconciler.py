@@ -14,10 +14,12 @@ Why the event outbox (``metadata_store.outbox``): the Redis change and the Kafka
 its events are two systems, so a process can be killed between them. The leases read before
 applying are saved in the outbox first and cleared only after ``publish`` returned; the
 replayed decision (found ``already_satisfied`` or ``duplicate``) publishes its events from the
-saved entry. Sweep events have no outbox: a sweep killed before its delivery loses its
-``expired``/``assigned`` events (Redis stays right); a sweep that meets a fault has delivered
-the ``expired`` events of every lease it removed, and keeps the bundles it has not placed
-again for the next sweep (``controller.sweep``).
+saved entry. Sweeps have their own outbox (``metadata_store.sweep_outbox``): the sweep script
+records each lease it removes in the step that deletes it, and the entry is cleared only after
+its ``expired`` event was delivered and its bundle placed again (``assigned`` delivered) or
+found owned or gone; every sweep first re-delivers what a killed controller left there, so a
+sweep killed before its delivery loses neither its events nor its bundles' placement
+(``controller.sweep``).
 """
 
 from __future__ import annotations
@@ -252,9 +254,10 @@ class Reconciler:
     def sweep(self) -> list[OwnershipEvent]:
         """Expire lapsed leases, place their bundles again; publish and return the events.
 
-        The ``expired`` events are published as the store removes the leases, before any
-        placement is tried; bundles a fault kept from being placed are placed by the next
-        sweep (``controller.sweep``)."""
+        Entries a previous (possibly killed) controller left in the sweep outbox are
+        re-delivered first; the ``expired`` events are published as the store removes the
+        leases, before any placement is tried; bundles not placed now stay in the outbox and
+        are placed by a later sweep (``controller.sweep``)."""
         if self.config is None:
             return []
         return sweep_and_reassign(
