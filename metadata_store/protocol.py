@@ -61,6 +61,7 @@ from loadbalance.bundles import NamespaceBundles
 from metadata_store.handover import HandoverFence
 from metadata_store.leases import Lease
 from metadata_store.outcomes import OutcomeRecords
+from metadata_store.sweeps import OnExpired, OnMalformed
 
 __all__ = ["DecisionStore", "OwnershipStore"]
 
@@ -195,11 +196,22 @@ class OwnershipStore(Protocol):
         """Live leases of the current bundles of ``ns`` (``InvalidInput`` if unknown)."""
         ...
 
-    def sweep_expired(self, now_ms: int) -> list[Lease]:
+    def sweep_expired(
+        self,
+        now_ms: int,
+        *,
+        on_expired: OnExpired | None = None,
+        on_malformed: OnMalformed | None = None,
+    ) -> list[Lease]:
         """Remove every lease expired at ``now_ms`` and return them sorted by bundle.
 
-        Each removal is conditional on the token it read, so a lease renewed or re-acquired
-        concurrently is never removed.
+        Each removal is conditional on the lease read in the same atomic step, so a lease
+        renewed or re-acquired concurrently is never removed, and each removed lease is written
+        to the store's ``sweep_outbox`` in that step (``metadata_store.sweep_outbox``), so a
+        caller killed before announcing it leaves it for the next sweep. ``on_expired`` gets
+        each batch of removed leases (sorted by bundle) before the next batch is judged;
+        ``on_malformed`` gets, once at the end, the names of the keys under the lease prefix
+        that hold no lease, left as they are (``metadata_store.sweeps``).
         """
         ...
 
