@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("controller", "loadbalance", "lbctl", "streaming", "producers", "infra", "tests")
+PACKAGES = (
+    "controller",
+    "loadbalance",
+    "lbctl",
+    "streaming",
+    "producers",
+    "infra",
+    "metadata_store",
+    "tests",
+)
 WHERE_TAG = "SAFETY-WHERE"
 
 
