@@ -5,7 +5,7 @@ that its mutant's snippet no longer matches, would otherwise pass CI silently; a
 table in docs/ownership.md must name exactly the mutants the harness runs. The full run
 (``python -m tests.safety.run_mutants``, 78 mutants: the store, the controller's pre-checks,
 placement, sweep and fault classification, the agent's keeper and serve-until rule, the clock)
-took 409 s on the 2-core machine at load average 7-13 (other work sharing it), two mutants at a
+took 265 s on the 2-core machine at load average 6-9 (other work sharing it), two mutants at a
 time; a mutant takes 3-6 s alone on a quiet machine. The table checks are instant.
 """
 
