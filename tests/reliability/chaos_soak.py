@@ -47,7 +47,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +173,7 @@ class Soak:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     faults: Counter[str] = field(default_factory=Counter)
     restarts: Counter[str] = field(default_factory=Counter)
+    brokers_ended: dict[int, float] = field(default_factory=dict)  # incarnation -> monotonic
     say: Callable[[str], None] = print
 
     def __post_init__(self) -> None:
@@ -262,12 +263,15 @@ class Soak:
     def _kill_restart(self, name: str, pause_s: float) -> None:
         kill_group(self.procs[name])
         self.procs[name].wait(30)
+        if name == "brokers":  # that incarnation served nothing after this instant
+            self.brokers_ended[self.restarts[name] - 1] = time.monotonic()
         time.sleep(pause_s)
         self._spawn(name)
 
     def drain(self) -> bool:
         """Stop the brokers, then wait until every decision on the topic has an outcome."""
         stop(self.procs.pop("brokers"))
+        self.brokers_ended[self.restarts["brokers"] - 1] = time.monotonic()
         store = RedisStore(self.r, self.prefix)
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         quiet_since: float | None = None
@@ -336,7 +340,12 @@ class Soak:
         was killed before it closed it)."""
         out: list[ServingInterval] = []
         for path in sorted(self.logs.glob("serving.*.json")):
-            out += [ServingInterval.from_json(d) for d in json.loads(path.read_text())]
+            ended = self.brokers_ended.get(int(path.name.split(".")[1]), float("inf"))
+            for doc in json.loads(path.read_text()):
+                i = ServingInterval.from_json(doc)
+                # an interval still open when its process was killed ended with the process
+                # (the file, written after each cycle, gives it its serve-until as its end)
+                out.append(replace(i, end=max(i.start, min(i.end, ended))))
         return out
 
     def close(self) -> None:
