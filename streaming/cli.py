@@ -46,6 +46,7 @@ from infra.topics import ensure_topics
 from loadbalance.config import ConfigError
 from streaming.checkpoint_settings import DEFAULT_SHARDS, CheckpointMismatch, check_shards
 from streaming.service_watch import DEFAULT_WINDOW_S, ServiceWatch
+from streaming.shard_store import OLDER_LAYOUT_MARK
 
 log = logging.getLogger("streaming.cli")
 
@@ -527,6 +528,11 @@ def _stop_quietly(query: Any) -> None:
             log.debug("stopping the query failed", exc_info=True)
 
 
+FINAL_FAILURES = (OLDER_LAYOUT_MARK,)
+"""What in a failed query's line means a restart would fail the same way (the checkpoint's
+state is of an older layout): the job exits 1 at once instead of restarting with backoff."""
+
+
 def _restart_wait(
     error: BaseException,
     ran_s: float,
@@ -540,6 +546,9 @@ def _restart_wait(
     ``max_restarts`` restarts are used up."""
     reason = _describe_safely(describe, error)
     log.debug("the query's error in full", exc_info=error)
+    if any(mark in reason for mark in FINAL_FAILURES):
+        log.error("streaming query failed after %.0f s: %s; not restarting", ran_s, reason)
+        return None
     if max_restarts is not None and restarts >= max_restarts:
         log.error(
             "streaming query failed after %.0f s: %s; not restarting (%d restart%s, "

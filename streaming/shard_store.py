@@ -31,6 +31,11 @@ SHARD_TAG_SCHEMA = "tag string"
 _TAG_MARK = "m"  # every tag starts with it (``tag``)
 
 
+OLDER_LAYOUT_MARK = "is of an older layout"
+"""The words of ``OlderStateLayout``'s message that survive the trip through Spark's worker
+error: ``lbctl stream`` stops instead of restarting when a failure names them."""
+
+
 class OlderStateLayout(RuntimeError):
     """A checkpoint whose shard state an older version stored in another layout.
 
@@ -40,7 +45,7 @@ class OlderStateLayout(RuntimeError):
 
     def __init__(self, key_name: str, tag: str) -> None:
         super().__init__(
-            f"the checkpoint's state of shard {shard_name(key_name)} is of an older layout "
+            f"the checkpoint's state of shard {shard_name(key_name)} {OLDER_LAYOUT_MARK} "
             f"(tag {tag[:40]!r}); this version reads only its own: start the job on a new "
             'checkpoint folder (docs/deploy.md, "Upgrading a checkpoint")'
         )

@@ -189,3 +189,18 @@ def test_sigterm_during_the_backoff_wait_exits_promptly_with_130():
         timer.cancel()
         signal.signal(signal.SIGTERM, previous)
     assert status == 130 and took < 5.0
+
+
+def test_a_checkpoint_of_an_older_state_layout_is_not_restarted(caplog):
+    """A restart reads the same checkpoint and is refused the same way: the job exits 1 at once
+    with the refusal's line instead of retrying with backoff forever."""
+    from streaming.shard_store import OlderStateLayout
+
+    refusal = Failed(f"Python worker: {OlderStateLayout('s:3', 'shard:v1')}")
+    sleeps: list[float] = []
+    plan = [(refusal, False), (None, False)]
+    with caplog.at_level(logging.ERROR, logger="streaming.cli"):
+        status = run_with_restarts(starter(plan, []), restartable=(Failed,), sleep=sleeps.append)
+    assert status == 1 and sleeps == [] and len(plan) == 1
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "older layout" in line and "not restarting" in line and "Upgrading a checkpoint" in line
