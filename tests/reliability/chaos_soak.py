@@ -61,6 +61,7 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import decode_decision
 from loadbalance.serving import ServingInterval
 from loadbalance.serving_checker import ClockBound, check_serving
+from metadata_store.keys import Keys
 from metadata_store.ownership_redis import RedisStore
 from metadata_store.progress import RedisProgress
 from tests.reliability.invariants import (
@@ -85,18 +86,18 @@ SNAPSHOT_LUA = """
 local out = {}
 local t = redis.call('TIME')
 out[1] = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local nss = redis.call('SMEMBERS', KEYS[1] .. 'namespaces')
+local nss = redis.call('SMEMBERS', KEYS[1])
 local bounds = {}
 for _, ns in ipairs(nss) do
   bounds[#bounds + 1] = ns
-  bounds[#bounds + 1] = redis.call('HGET', KEYS[1] .. 'ns:' .. ns, 'boundaries') or ''
+  bounds[#bounds + 1] = redis.call('HGET', KEYS[2] .. ns, 'boundaries') or ''
 end
 out[2] = bounds
 local leases = {}
-for _, key in ipairs(redis.call('KEYS', KEYS[1] .. 'lease:*')) do
+for _, key in ipairs(redis.call('KEYS', KEYS[3] .. '*')) do
   if redis.call('TYPE', key)['ok'] == 'hash' then
     local v = redis.call('HMGET', key, 'broker', 'token', 'expires')
-    leases[#leases + 1] = string.sub(key, #KEYS[1] + 7)
+    leases[#leases + 1] = string.sub(key, #KEYS[3] + 1)
     leases[#leases + 1] = v[1] or ''
     leases[#leases + 1] = v[2] or '0'
     leases[#leases + 1] = v[3] or '0'
@@ -129,9 +130,11 @@ class Sampler:
 
     def run(self) -> None:
         script = self.r.register_script(SNAPSHOT_LUA)
+        k = Keys(self.prefix)
+        self._keys = [k.namespaces(), k.ns_prefix(), k.lease_prefix()]
         while not self._stop.wait(self.period_s):
             try:
-                now, bounds, leases = script(keys=[f"{self.prefix}:"])
+                now, bounds, leases = script(keys=self._keys)
             except redis.RedisError:
                 self.errors += 1  # Redis down or loading: the next sample tries again
                 continue
