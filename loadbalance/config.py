@@ -232,9 +232,12 @@ class LoadBalancerConfig(BaseModel):
     load_balancer_balanced_max_over_mean: float = _f(
         1.10,
         "Ours: the cluster counts as balanced while the busiest broker's usage is at most this "
-        "multiple of the mean usage (Cruise Control's default balance threshold); used by the "
-        "run summary, the balance scoreboard and lbctl monitor, and by our shedder "
-        "(ProjectedUsageShedder) as where it stops, less a small margin.",
+        "multiple of the mean usage (Cruise Control's default balance threshold), each "
+        "isolation pool against its own mean; used by the run summary, the balance scoreboard "
+        "and lbctl monitor. For our shedder (ProjectedUsageShedder) it is both the trigger (it "
+        "moves only a pool with a broker above it, confirmed on a second report when the excess "
+        "is within 0.03 of it, or an overloaded broker) and where shedding stops (each broker "
+        "it sheds is taken to it less a 0.04 margin).",
         alias="loadBalancerBalancedMaxOverMean",
         ge=1,
     )
