@@ -14,8 +14,7 @@ Document (version 2; a version-1 document is still read: its ProjectedShedderSta
     {"cycleStateVersion": 1, "lastSheddingMs": int|null, "lastSplitMs": int|null,
      "shedderState": null | {"type": "TransferShedderState", "hitCount": int,
                              "recentBrokers": {broker: ms}}
-                          | {"type": "ProjectedShedderState", "cameFrom": {bundle: broker},
-                             "aboveBand": [broker] (optional)},
+                          | {"type": "ProjectedShedderState", "cameFrom": {bundle: broker}},
      "splitState": null | {"type": "SplitState", "hitCounts": {bundle: int}},
      "placementState": null | {"type": "RoundRobinState", "counter": int}
                             | {"type": "LeastResourceUsageWithWeightState",
@@ -63,17 +62,11 @@ def _load_transfer(d: Mapping[str, Any]) -> TransferShedderState:
 
 
 def _dump_projected(s: ProjectedShedderState) -> dict[str, Any]:
-    return {"cameFrom": dict(s.came_from), "aboveBand": sorted(s.above_band)}
+    return {"cameFrom": dict(s.came_from)}
 
 
 def _load_projected(d: Mapping[str, Any]) -> ProjectedShedderState:
-    above = d.get("aboveBand", [])
-    if not isinstance(above, list):
-        raise TypeError("aboveBand is not a list")
-    return ProjectedShedderState(
-        _ro({b: _str(v) for b, v in _map(d["cameFrom"]).items()}),
-        frozenset(_str(b) for b in above),
-    )
+    return ProjectedShedderState(_ro({b: _str(v) for b, v in _map(d["cameFrom"]).items()}))
 
 
 def _dump_in_flight(moves: Mapping[str, InFlightMove]) -> dict[str, Any]:
@@ -133,8 +126,7 @@ _TYPES: dict[type, tuple[str, Callable[[Any], dict], Callable[[Mapping], Any], f
         frozenset({"hitCount", "recentBrokers"}),
     ),
     ProjectedShedderState: (
-        "ProjectedShedderState", _dump_projected, _load_projected,
-        frozenset({"cameFrom", "aboveBand"}),
+        "ProjectedShedderState", _dump_projected, _load_projected, frozenset({"cameFrom"}),
     ),
     SplitState: ("SplitState", _dump_split, _load_split, frozenset({"hitCounts"})),
     RoundRobinState: (
@@ -146,8 +138,6 @@ _TYPES: dict[type, tuple[str, Callable[[Any], dict], Callable[[Mapping], Any], f
     ),
 }  # fmt: skip
 _BY_TAG = {tag: (load, fields) for tag, _, load, fields in _TYPES.values()}
-# fields a document written before they existed may lack (the reader gives their default)
-_OPTIONAL = {"ProjectedShedderState": frozenset({"aboveBand"})}
 # which tags each slot of CycleState may hold
 _SLOTS = {
     "shedderState": frozenset({"TransferShedderState", "ProjectedShedderState"}),
@@ -209,7 +199,7 @@ def _load_state(doc: Any, slot: str) -> Any:
     if tag not in _SLOTS[slot]:
         raise _fail(f"{slot}: unknown state type {tag!r}")
     load, fields = _BY_TAG[tag]
-    if not fields - _OPTIONAL.get(tag, frozenset()) <= set(doc) - {"type"} <= fields:
+    if set(doc) - {"type"} != fields:
         raise _fail(f"{slot}: a {tag} has the fields {sorted(fields)}, got {sorted(doc)}")
     try:
         return load(doc)

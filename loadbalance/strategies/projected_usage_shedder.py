@@ -12,21 +12,15 @@ as few bundles as it can:
   with the moves earlier cycles decided and the reports do not show yet projected in
   (``view.in_flight``, kept by the cycle: ``loadbalance.in_flight``), so a lagging report never
   makes it move the same load twice;
-* **hysteresis**: it acts only when a broker is above the balance band
-  (``loadBalancerBalancedMaxOverMean`` x its pool's mean, 1.10) or overloaded
+* **hysteresis**: it acts only when the busiest broker is above the balance band
+  (``loadBalancerBalancedMaxOverMean`` x the mean, 1.10) or overloaded
   (``loadBalancerBrokerOverloadedThresholdPercentage``), and the spread is more than
-  ``min_spread``; a cluster inside the band is left alone however uneven inside it, and an
-  idle broker alone is no reason to move anything. An excess within ``noise_allowance`` (0.03)
-  of the band must show on two reports in a row (``ProjectedShedderState.above_band``): one
-  report moves a broker's share of the mean by about a point (CPU samples, traffic wobble, the
-  projection's error on the last moves), so a broker just under the band, or one the last plan
-  left at the target, is tipped over it now and then with nothing to fix;
+  ``min_spread`` (noise guard); a cluster inside the band is left alone however uneven inside
+  it, and an idle broker alone is no reason to move anything;
 * it sheds from each broker above the band and aims it **inside** the band, at the band less
   ``band_margin`` (1.06 x mean), so report noise does not tip it straight back out; a broker
   between the target and the band that is not already shedding is left alone (moving it buys
-  nothing the band does not), and one it brought inside the band is taken further only by a
-  move that settles it (``_worth_it``); it stops when no broker is left to shed, or no move
-  helps;
+  nothing the band does not); it stops when no broker is left to shed, or no move helps;
 * each move is chosen by its effect on the **whole cluster** (``move_search``): the bundle and
   destination that settle the busiest broker in one move with the least traffic cut over, else
   that leave the least excess above the target (then the flattest cluster), projected with
@@ -80,9 +74,6 @@ class ProjectedShedderState:
     """Where each bundle we moved came from (moves in flight are the cycle's: ``in_flight``)."""
 
     came_from: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    above_band: frozenset[str] = frozenset()
-    """Brokers the last cycle left above the band: a marginal excess (within
-    ``noise_allowance`` of the band) is acted on only when it shows on two reports in a row."""
 
 
 class ProjectedUsageShedder:
@@ -100,10 +91,8 @@ class ProjectedUsageShedder:
         lone_ratio: float = 1.25,
         lone_margin: float = 0.10,
         destinations: int = 8,
-        noise_allowance: float = 0.03,
     ) -> None:
         self.band_margin = band_margin
-        self.noise_allowance = noise_allowance
         self.min_spread = min_spread
         self.min_gain = min_gain
         self.lone_ratio = lone_ratio
@@ -133,40 +122,28 @@ class ProjectedUsageShedder:
         budget = cap if cap > 0 else max(10, 2 * len(loads))
         out: list[Decision] = []
         quiet: list[str] = []
-        above: set[str] = set()
         for pool in pools:
             pool_loads = {b: loads[b] for b in pool}
             if len(pool) < 2 or len(out) >= budget:
                 continue
-            excess = self._excess(state.above_band, config)
-            if self._triggered(pool_loads, config, excess):
-                out += self._plan(
-                    view, config, model, pool_loads, came_from, excess,
-                    now_ms=now_ms, cycle=cycle, moves=moves, budget=budget - len(out),
-                )  # fmt: skip
-            else:
+            if not self._triggered(pool_loads, config):
                 quiet.append(self._balanced_detail(pool_loads))
-            above |= _above(pool_loads, config.load_balancer_balanced_max_over_mean)
-        new_state = ProjectedShedderState(MappingProxyType(came_from), frozenset(above))
+                continue
+            out += self._plan(
+                view, config, model, pool_loads, came_from,
+                now_ms=now_ms, cycle=cycle, moves=moves, budget=budget - len(out),
+            )  # fmt: skip
+        new_state = ProjectedShedderState(MappingProxyType(came_from))
         skips = () if out else (Skip(self.name, SkipReason.BALANCED, detail="; ".join(quiet)),)
         return new_state, PolicyResult(tuple(out), skips)
 
-    def _excess(self, seen: frozenset[str], config: LoadBalancerConfig) -> _Excess:
-        """The test of a broker's excess over the band for this cycle (``_Excess``)."""
-        band = config.load_balancer_balanced_max_over_mean
-        overloaded = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
-        return _Excess(band, band + self.noise_allowance, overloaded, seen)
-
-    def _triggered(
-        self, loads: Mapping[str, float], config: LoadBalancerConfig, excess: _Excess
-    ) -> bool:
-        """Act only on a confirmed excess over the band or on an overloaded broker, and not on
-        noise: a cluster inside the band is never moved for being short of the target inside
-        it, and a broker a single noisy report tips just over the band waits for the next."""
+    def _triggered(self, loads: Mapping[str, float], config: LoadBalancerConfig) -> bool:
+        """Act only above the band or on an overloaded broker, and not on noise: a cluster
+        inside the band is never moved for being short of the target inside it."""
         hi, lo = max(loads.values()), min(loads.values())
         mean = sum(loads.values()) / len(loads)
         overloaded = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
-        above = hi > overloaded or any(excess.confirmed(b, v, mean) for b, v in loads.items())
+        above = hi > mean * config.load_balancer_balanced_max_over_mean or hi > overloaded
         return above and hi - lo >= self.min_spread
 
     @staticmethod
@@ -185,7 +162,6 @@ class ProjectedUsageShedder:
         model: UsageModel,
         loads: dict[str, float],
         came_from: dict[str, str],
-        excess: _Excess,
         *,
         now_ms: int,
         cycle: str,
@@ -206,18 +182,19 @@ class ProjectedUsageShedder:
         counts = {b: len(view.brokers[b].report.bundles) for b in loads}
         held: Mapping[str, object] = view.in_flight
         cands: dict[str, Candidates] = {}
+        band = config.load_balancer_balanced_max_over_mean
         stuck = _splitting_excess(view, model, band_mean * ratio, now_ms)
         acting: set[str] = set()
         out: list[Decision] = []
         while len(out) < budget:
-            s = _next_source(loads, spread.mean, excess, ratio, acting, stuck)
+            s = _next_source(loads, spread.mean, (band, ratio), acting, stuck)
             if s is None:
                 break
             acting.add(s)
             if s not in cands:
                 cands[s] = movable(view, s, held)
             found = self._choose(search, s, cands[s], counts[s], config)
-            if found is None or not _worth_it(model, spread, s, found, (excess.band, ratio)):
+            if found is None:
                 stuck.add(s)
                 continue
             pick, d = found
@@ -314,78 +291,23 @@ class ProjectedUsageShedder:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Excess:
-    """Whether a broker's excess over the band is real, not report noise.
-
-    A broker is above the band at ``band`` x the mean. Report noise moves a broker's share of
-    the mean by about a point from one report to the next (CPU samples, traffic wobble, the
-    projection's error on the moves just made), so a broker a plan left at the target, or one
-    just under the band, is tipped over it now and then with nothing to fix; shedding it then
-    moves load twice. So an excess counts (is **confirmed**) when it is beyond ``high``
-    (the band plus the noise allowance), when the broker is overloaded, or when the broker was
-    above the band on the previous report too (``seen``: the shedder state's ``above_band``).
-    A marginal excess that is real is acted on one report later; one that was noise is not."""
-
-    band: float
-    high: float
-    overloaded: float
-    seen: frozenset[str]
-
-    def confirmed(self, broker: str, load: float, mean: float) -> bool:
-        if load <= mean * self.band:
-            return False
-        return load > mean * self.high or load > self.overloaded or broker in self.seen
-
-
-def _worth_it(
-    model: UsageModel,
-    spread: Spread,
-    s: str,
-    move: tuple[Candidate, str],
-    ratios: tuple[float, float],
-) -> bool:
-    """Whether a move off ``s`` buys what it costs. Above the band any move that lowers the
-    source does; a source the plan already brought inside the band (``ratios[0]``) is taken
-    further only by a move that settles it and its destination within the target
-    (``ratios[1]``, on the mean after the move): a move that leaves it short of the target
-    gains a point or less of margin on it (the mean falls as work goes to strong brokers) and
-    disconnects a bundle's clients for that."""
-    band, target = ratios
-    if spread.loads[s] > spread.mean * band:
-        return True
-    pick, d = move
-    load_s = model.load_if_removed(s, pick.load)
-    load_d = model.load_if_added(d, pick.load)
-    mean, _ = spread.after(s, load_s, d, load_d)
-    return max(load_s, load_d) <= mean * target
-
-
-def _above(loads: Mapping[str, float], band: float) -> set[str]:
-    """The brokers above ``band`` x the mean of ``loads`` (after this cycle's plan)."""
-    mean = sum(loads.values()) / len(loads)
-    return {b for b, v in loads.items() if v > mean * band}
-
-
 def _next_source(
     loads: Mapping[str, float],
     mean: float,
-    excess: _Excess,
-    target: float,
+    ratios: tuple[float, float],
     acting: set[str],
     stuck: set[str],
 ) -> str | None:
-    """The busiest broker, by (load, name), that is above the band (``excess.band`` x ``mean``;
-    once a confirmed excess started the plan, every broker above the band is shed, so one
-    plan does the pool's work), or one the plan already sheds from that is still above the
-    ``target`` ratio: a broker inside the band is never a source for being short of the target,
-    but one the plan acts on is taken inside it. ``None`` if none is left (stuck brokers are
-    skipped)."""
+    """The busiest broker, by (load, name), that is above the band (``ratios[0]`` x ``mean``),
+    or one the plan already sheds from that is still above the target (``ratios[1]``): a broker
+    inside the band is never a source for being short of the target, but one the plan acts on
+    is taken inside it. ``None`` if none is left (stuck brokers are skipped)."""
+    band, target = ratios
     top = max(
         (
             (v, b)
             for b, v in loads.items()
-            if b not in stuck and (v > mean * excess.band or (b in acting and v > mean * target))
+            if b not in stuck and (v > mean * band or (b in acting and v > mean * target))
         ),
         default=None,
     )
