@@ -235,9 +235,8 @@ class LoadBalancerConfig(BaseModel):
         "multiple of the mean usage (Cruise Control's default balance threshold), each "
         "isolation pool against its own mean; used by the run summary, the balance scoreboard "
         "and lbctl monitor. For our shedder (ProjectedUsageShedder) it is both the trigger (it "
-        "moves only a pool with a broker above it, confirmed on a second report when the excess "
-        "is within 0.03 of it, or an overloaded broker) and where shedding stops (each broker "
-        "it sheds is taken to it less a 0.04 margin).",
+        "moves bundles only in a pool with a broker above it, or an overloaded broker) and "
+        "where shedding stops (each broker it sheds is taken to it less a 0.04 margin).",
         alias="loadBalancerBalancedMaxOverMean",
         ge=1,
     )
