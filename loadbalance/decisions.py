@@ -125,9 +125,11 @@ class Decision:
     cycle: str = ""
     decided_at_ms: int = 0
     schema_version: int = SCHEMA_VERSION
-    # the decider lease's term and the id of the job that published it (0 and "": none)
-    term: int = 0
-    decider: str = ""
+    # the decider lease's term and the id of the job that published it (0 and "": none):
+    # provenance, not content, so equality ignores them (a replay by a restarted job, or the
+    # same cycle decided by another process, is the same decision, as its id says)
+    term: int = field(default=0, compare=False)
+    decider: str = field(default="", compare=False)
 
     @property
     def label(self) -> str:
