@@ -48,19 +48,18 @@ import redis
 
 from loadbalance.errors import InvalidInput
 from metadata_store.keys import Keys
+from metadata_store.ownership_redis import LUA_CLOCK
 
 __all__ = ["DeciderInfo", "DeciderLease", "Hold", "decider_id"]
 
-_LUA_CLOCK = """
-local function clock(arg)
-  if arg == '' then
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return tonumber(arg)
-end
+# the store's own clock function (Redis ``TIME`` when ``now`` is empty), so the decider lease
+# and the bundle leases are judged by one piece of Lua
+_LUA_CLOCK = (
+    LUA_CLOCK
+    + """
 local function num(v) return tonumber(v or '0') or 0 end
 """
+)
 
 # KEYS: lease, term counter, seen
 # ARGV: holder, ttl, now, host, pid, batch ('' = none), expected term ('' = any)

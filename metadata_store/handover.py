@@ -60,7 +60,7 @@ def parse_fence(namespace: str, token: bytes | str, value: bytes | str) -> Hando
         return None
 
 
-# Shared by the lease scripts (after ``_LUA_CLOCK``). A bundle's bounds are read from the end of
+# Shared by the lease scripts (after ``LUA_CLOCK``). A bundle's bounds are read from the end of
 # a lease key or a bundle name (``..._0x%08x_0x%08x``).
 LUA_HANDOVER = """
 local function ho_range(name)

@@ -70,7 +70,7 @@ from metadata_store.sweeps import OnExpired, OnMalformed
 # Every lease script starts with this: ``now`` is the caller's ARGV value, or Redis's own clock
 # (``TIME``) when the store runs with ``clock="server"`` and passes an empty string. Judging a
 # lease and acting on the judgement happen in the same script, so no read-then-act race exists.
-_LUA_CLOCK = """
+LUA_CLOCK = """
 local function clock(arg)
   if arg == '' then
     local t = redis.call('TIME')
@@ -94,7 +94,7 @@ return 1
 # -> {1, new version, now, i1, broker1, token1, i2, ...} (the leases it ended) | {0, v} | {-1}
 # A live lease it ends leaves a handover fence (``metadata_store.handover``).
 _LUA_RESHAPE = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + LUA_HANDOVER
     + """
 local now = clock(ARGV[4])
@@ -121,7 +121,7 @@ return out
 
 # KEYS: broker key, brokers set; ARGV: now, ttl, info, broker -> now
 _LUA_REGISTER = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + """
 local now = clock(ARGV[1])
 redis.call('HSET', KEYS[1], 'heartbeat', now, 'expires', now + tonumber(ARGV[2]), 'info', ARGV[3])
@@ -132,7 +132,7 @@ return now
 
 # KEYS: brokers set; ARGV: now, prefix -> {now, live broker ids...}
 _LUA_LIVE_BROKERS = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + """
 local now = clock(ARGV[1])
 local out = {now}
@@ -155,7 +155,7 @@ return out
 # step that takes the lease (``metadata_store.placement_state``). The new lease's ``notbefore``
 # is the latest live handover fence over its range (``wait``: how long from now).
 _LUA_ACQUIRE = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + LUA_HANDOVER
     + """
 local now = clock(ARGV[4])
@@ -194,7 +194,7 @@ return {1, ARGV[3], token, exp, now, math.max(0, nb - now)}
 # A lease still before its ``notbefore`` is judged again against the live fences (an
 # acknowledged or passed fence no longer counts); ``wait`` is how long from now (0: serve).
 _LUA_RENEW_ALL = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + LUA_HANDOVER
     + """
 local now = clock(ARGV[2])
@@ -227,7 +227,7 @@ return out
 # KEYS: lease key, owned key, handover key; ARGV: bundle, broker, token, now -> {1, now} | {0}
 # The live lease it ends leaves a handover fence.
 _LUA_RELEASE = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + LUA_HANDOVER
     + """
 local now = clock(ARGV[4])
@@ -251,7 +251,7 @@ return {1, now}
 # before announcing it leaves the entry for the next sweep (``metadata_store.sweep_outbox``).
 # -> {now, #bad, bad name1, ..., bundle1, broker1, token1, expires1, ...} (the leases removed)
 _LUA_SWEEP = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + """
 local now = clock(ARGV[1])
 local plen = tonumber(ARGV[3])
@@ -303,7 +303,7 @@ return out
 # ARGV: bundle, from, token, to, now, ttl -> {1, token, expires, now, wait} | {0} | {-2}
 # The old lease leaves a handover fence; the new one waits for it (``notbefore``).
 _LUA_TRANSFER = (
-    _LUA_CLOCK
+    LUA_CLOCK
     + LUA_HANDOVER
     + """
 local now = clock(ARGV[5])
