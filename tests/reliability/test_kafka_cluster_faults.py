@@ -237,9 +237,14 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
         # the product's own topic creation, as lbctl run and the controller do it: the topics
         # must get the cluster's replication factor, not one replica
         ensure_pipeline_topics(cluster.bootstrap_servers, config)
-        described = AdminClient({"bootstrap.servers": cluster.bootstrap_servers}).list_topics(
-            timeout=10
-        )
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+
+        def all_topics_known() -> object:
+            # a broker's metadata may lag the controller's topic creation for a moment
+            meta = admin.list_topics(timeout=10)
+            return meta if set(topics) <= set(meta.topics) else None
+
+        described = wait_for("the new topics in the metadata", all_topics_known, timeout_s=30)
         for topic in topics:
             replicas = {len(p.replicas) for p in described.topics[topic].partitions.values()}
             assert replicas == {3}, f"{topic} has {replicas} replicas per partition, not 3"
