@@ -15,7 +15,7 @@ seeded random moments:
   setting under which an acknowledged write survives a crash);
 * ``kafka``: SIGKILL of one Kafka broker, restarted.
 
-While it runs, a sampler reads the leases and namespace boundaries in one Lua call (atomic, by
+While it runs, a sampler reads every lease in one Lua call (atomic, by
 Redis's clock) a few times a second and records every two live leases on overlapping hash
 ranges. At the end, after the brokers stop and the pipeline drains, it checks:
 
@@ -86,24 +86,17 @@ SNAPSHOT_LUA = """
 local out = {}
 local t = redis.call('TIME')
 out[1] = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local nss = redis.call('SMEMBERS', KEYS[1])
-local bounds = {}
-for _, ns in ipairs(nss) do
-  bounds[#bounds + 1] = ns
-  bounds[#bounds + 1] = redis.call('HGET', KEYS[2] .. ns, 'boundaries') or ''
-end
-out[2] = bounds
 local leases = {}
-for _, key in ipairs(redis.call('KEYS', KEYS[3] .. '*')) do
+for _, key in ipairs(redis.call('KEYS', KEYS[1] .. '*')) do
   if redis.call('TYPE', key)['ok'] == 'hash' then
     local v = redis.call('HMGET', key, 'broker', 'token', 'expires')
-    leases[#leases + 1] = string.sub(key, #KEYS[3] + 1)
+    leases[#leases + 1] = string.sub(key, #KEYS[1] + 1)
     leases[#leases + 1] = v[1] or ''
     leases[#leases + 1] = v[2] or '0'
     leases[#leases + 1] = v[3] or '0'
   end
 end
-out[3] = leases
+out[2] = leases
 return out
 """
 
@@ -130,18 +123,17 @@ class Sampler:
 
     def run(self) -> None:
         script = self.r.register_script(SNAPSHOT_LUA)
-        k = Keys(self.prefix)
-        self._keys = [k.namespaces(), k.ns_prefix(), k.lease_prefix()]
+        self._keys = [Keys(self.prefix).lease_prefix()]
         while not self._stop.wait(self.period_s):
             try:
-                now, bounds, leases = script(keys=self._keys)
+                now, leases = script(keys=self._keys)
             except redis.RedisError:
                 self.errors += 1  # Redis down or loading: the next sample tries again
                 continue
             self.samples += 1
-            self._check(int(now), bounds, leases)
+            self._check(int(now), leases)
 
-    def _check(self, now: int, _bounds: list[bytes], leases: list[bytes]) -> None:
+    def _check(self, now: int, leases: list[bytes]) -> None:
         live: dict[str, list[tuple[int, int, str, str]]] = {}
         for i in range(0, len(leases), 4):
             bundle, broker = leases[i].decode(), leases[i + 1].decode()
