@@ -259,6 +259,10 @@ def _release_decider(stages: list[Any]) -> None:
     the lease to expire."""
     for stage in stages:
         try:
+            stage.close()
+        except Exception as e:  # a completed batch left nothing to deliver
+            log.warning("decisions producer not closed cleanly: %s", e)
+        try:
             if stage.release_decider():
                 log.info("decider lease released")
         except Exception as e:  # any failure: the lease then expires by itself

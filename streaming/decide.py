@@ -277,6 +277,7 @@ class DecisionStage:
     _policies: PlacementPoliciesStore | None = field(default=None, init=False)
     _view: DriverView | None = field(default=None, init=False)
     _metrics: StreamMetrics | None = field(default=None, init=False)
+    _sink: KafkaSink | None = field(default=None, init=False)
 
     def _start(self) -> None:
         """Connect and seed the view from Redis (at the first batch after start-up, and after
@@ -322,9 +323,30 @@ class DecisionStage:
             self._run(df, batch_id)
         except BaseException:
             # Spark retries or fails the batch; either way re-seed from Redis, since this
-            # process's view may hold half of a batch that was never committed.
+            # process's view may hold half of a batch that was never committed, and replay it
+            # with a new producer (streaming.sinks).
             self._progress_store = None
+            self._drop_sink()
             raise
+
+    def _producer(self) -> KafkaSink:
+        """The stage's producer, kept across batches: a new one per batch paid its
+        connection and idempotent producer id before the first decision left."""
+        if self._sink is None:
+            self._sink = KafkaSink(self.bootstrap_servers, self.client_config)
+        return self._sink
+
+    def _drop_sink(self) -> None:
+        if self._sink is not None:
+            sink, self._sink = self._sink, None
+            sink.discard()
+
+    def close(self) -> None:
+        """At a clean stop: deliver what the producer holds (nothing, after a completed
+        batch) and let it go."""
+        if self._sink is not None:
+            sink, self._sink = self._sink, None
+            sink.flush(5.0)
 
     def _run(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -344,10 +366,10 @@ class DecisionStage:
         if self._skip_completed(batch_id, len(pdf)):
             return
         progress = self._progress
-        # A producer per batch, created here on the driver: nothing outlives the batch, so a
-        # stopped query leaves no client behind (and none is ever shipped to an executor).
+        # The stage's producer, on the driver (never shipped to an executor); a failed batch
+        # drops it (``__call__``) and its replay starts a new one.
         phases = _Phases()
-        sink = KafkaSink(self.bootstrap_servers, self.client_config)
+        sink = self._producer()
         dead = pdf[pdf["kind"] == DEAD]
         for payload in dead["payload"].tolist():
             sink.send(self.config.dead_letters_topic, None, bytes(payload))
@@ -504,7 +526,7 @@ class DecisionStage:
         if not self._decider.confirm(batch_id):
             self._progress_store = None
             return False
-        sink = KafkaSink(self.bootstrap_servers, self.client_config)
+        sink = self._producer()
         for d in decisions:
             sink.send(self.config.decisions_topic, d.bundle, self._decider.encode(d))
         sink.flush()

@@ -33,3 +33,31 @@ def test_a_failed_flush_names_kafka_and_topics_and_drops_what_the_producer_held(
     sink.flush(timeout_s=1)  # nothing left, no stale error reports
     del err, sink  # the ExceptionInfo holds flush()'s frame, and so the sink
     gc.collect()  # the producer goes now, not at exit, still calling the closed port
+
+
+def test_the_decision_stage_keeps_one_producer_and_replaces_it_after_a_failed_batch():
+    """A producer per batch cost its connection and producer id before the first decision left
+    (about 0.5 s of every deciding batch); a failed batch must still not reuse the producer
+    that holds its records."""
+    from loadbalance.config import LoadBalancerConfig
+    from streaming.decide import DecisionStage
+
+    bootstrap = f"127.0.0.1:{_closed_port()}"
+    stage = DecisionStage(LoadBalancerConfig(), bootstrap, client_config={"log_level": 0})
+    first = stage._producer()
+    assert stage._producer() is first
+    first.send("decisions-x", b"k", b"v")
+
+    class FailingBatch:
+        def toPandas(self):
+            raise RuntimeError("executor lost")
+
+    with pytest.raises(RuntimeError):
+        stage(FailingBatch(), 7)
+    assert first.pending() == 0  # what the failed batch sent is dropped, not delivered later
+    second = stage._producer()
+    assert second is not first
+    stage.close()
+    assert stage._sink is None
+    del first, second, stage
+    gc.collect()
