@@ -640,9 +640,18 @@ def run(args: argparse.Namespace, work: Path) -> int:
         live_progress = [p for p in query.recentProgress
                          if p["batchId"] > (steady[-1]["batchId"] if steady else -1)]  # fmt: skip
         print_live_breakdown(live_batches, live_progress)
-        print(
-            "CPU seconds during the live phase, by process:", cpu_delta(cpu_before, process_cpu())
-        )
+        cpu_live = cpu_delta(cpu_before, process_cpu())
+        print("CPU seconds during the live phase, by process:", cpu_live)
+        live_cpu_ms = {  # per live report: everything, and the job's own (no Kafka, no Redis)
+            "all": round(sum(cpu_live.values()) / max(1, len(sent)) * 1000, 1),
+            "job": round(
+                sum(v for k, v in cpu_live.items() if k not in ("kafka", "redis"))
+                / max(1, len(sent))
+                * 1000,
+                1,
+            ),
+        }
+        print("CPU ms per live report:", live_cpu_ms)
         stages, timing_pos = stage_timing.read(timings, timing_pos)
         print_breakdown("live", live_progress, live_batches, stages)
         state = query.lastProgress["stateOperators"][0] if query.lastProgress else {}
@@ -682,6 +691,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
             round(percentile(settled, 0.5)),
             round(percentile(settled, 0.99)),
         ],
+        "live_cpu_ms_per_report": live_cpu_ms,
         "state_blob_bytes_per_bundle": round(blob_per_bundle, 1),
         "rocksdb_sst_bytes_per_bundle": round(sst / samples_per_round, 1) if sst else None,
         "state_rows": rows_total,
