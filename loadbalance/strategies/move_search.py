@@ -19,7 +19,11 @@ broker less usage than a weak one):
    it over (that broker would have to be shed in turn, a second move for the same load).
 
 A move must lower the higher load of its pair and must not raise the cluster's max/mean (work
-moved to a stronger broker costs less usage there, so the mean falls with it);
+moved to a stronger broker costs less usage there, so the mean falls with it); it must not take
+its destination above the balance band (``band_ratio`` x the mean after the move): that broker
+would then have to shed in turn, and the bundle just moved sits in its grace period there, so a
+destination filled with moved bundles can stay above the band for the whole period, every cycle
+of it one more for the episode to count (the source waits for another move instead);
 a bundle is never sent back to the broker a move of ours took it from (ping-pong), and under
 placement policies only to a broker its policies allow (``PolicyMoves``).
 """
@@ -79,8 +83,10 @@ class MoveSearch:
         min_gain: float,
         came_from: Mapping[str, str],
         moves: PolicyMoves | None = None,
+        band_ratio: float | None = None,
     ) -> None:
         self.model, self.spread, self.target_ratio = model, spread, target_ratio
+        self.band_ratio = band_ratio
         self.destinations, self.min_gain = destinations, min_gain
         self.came_from, self.moves = came_from, moves
         self._top: list[tuple[float, str]] = []
@@ -145,6 +151,8 @@ class MoveSearch:
             return None  # the cluster's max/mean would rise (the mean falls on a strong broker)
         if self.moves is not None and not self.moves.allows(c.bundle, s, d):
             return None
+        if self.band_ratio is not None and load_d > mean * self.band_ratio:
+            return None  # a new broker above the band, its new bundle in its grace period
         target = mean * self.target_ratio
         excess = max(load_s - target, 0.0) + max(load_d - target, 0.0)
         st = c.stats

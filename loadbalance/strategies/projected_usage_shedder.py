@@ -24,7 +24,9 @@ as few bundles as it can:
 * each move is chosen by its effect on the **whole cluster** (``move_search``): the bundle and
   destination that settle the busiest broker in one move with the least traffic cut over, else
   that leave the least excess above the target (then the flattest cluster), projected with
-  ``usage_projection`` (so a 4x broker is filled 4x as far) on the mean after the move;
+  ``usage_projection`` (so a 4x broker is filled 4x as far) on the mean after the move, and
+  never one that takes its destination above the band (a new broker to shed, its new bundle in
+  its grace period: the source waits instead);
 * leaves a broker alone whose excess is a bundle being split (or merged) in this cycle: the cycle
   hands those bundles to the shedder as moved "now" (``recently_unloaded`` at ``now_ms``), their
   load leaves with the split, and shedding the broker's other bundles on top would move load
@@ -174,15 +176,15 @@ class ProjectedUsageShedder:
         so far."""
         spread = Spread(loads)
         ratio = self.target_ratio(config)
+        band = config.load_balancer_balanced_max_over_mean
         search = MoveSearch(
             model, spread, ratio, destinations=self.destinations, min_gain=self.min_gain,
-            came_from=came_from, moves=moves,
+            came_from=came_from, moves=moves, band_ratio=band,
         )  # fmt: skip
         band_mean = spread.mean
         counts = {b: len(view.brokers[b].report.bundles) for b in loads}
         held: Mapping[str, object] = view.in_flight
         cands: dict[str, Candidates] = {}
-        band = config.load_balancer_balanced_max_over_mean
         stuck = _splitting_excess(view, model, band_mean * ratio, now_ms)
         acting: set[str] = set()
         out: list[Decision] = []

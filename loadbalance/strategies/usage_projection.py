@@ -14,7 +14,12 @@ This module closes that gap by turning a bundle's rates into a usage increase on
   work is measured from its own report (``cpu_per_work``); a broker with too little work to
   measure borrows the cluster's ratio. Moving work ``w`` from ``s`` to ``d`` changes CPU by
   ``-w * k_s`` on ``s`` and ``+w * k_d`` on ``d``, each against its own limit, so a broker with
-  four times the cores takes four times the work for the same percentage.
+  four times the cores takes four times the work for the same percentage. A broker whose CPU
+  is at its limit (``_SATURATED``) reports the cap, not what its work costs: its ratio and the
+  cluster's would both understate it, so such a broker is projected at its work times the ratio
+  of the brokers that are not capped (above 100 %, which is what shedding has to remove), and
+  the cluster's ratio is taken over those brokers only. Without this a capped broker looks
+  lighter than it is, sheds too few bundles, and is shed again in the next cycles.
 * **NIC**: bandwidth in and out move exactly with the bundle's throughput (KB/s against each
   broker's limit).
 * Memory and direct memory are held constant (their weights are 0 by default in Pulsar).
@@ -162,6 +167,23 @@ class BrokerUsage:
         )
 
 
+_SATURATED = 0.99
+"""A broker's CPU at this share of its limit or above is taken as capped (demand unknown)."""
+
+
+def _saturated(report: LocalBrokerData) -> bool:
+    return report.cpu.limit > 0 and report.cpu.usage >= _SATURATED * report.cpu.limit
+
+
+def _cluster_cpu_per_work(reports: list[LocalBrokerData]) -> float:
+    """CPU per unit of work over the brokers whose CPU is not capped at its limit (all of them
+    when every one is): a capped broker's report understates what its work costs."""
+    free = [r for r in reports if not _saturated(r)] or reports
+    total_cpu = sum(r.cpu.usage for r in free)
+    total_work = sum(_work_of(r) for r in free)
+    return total_cpu / total_work if total_work > _MIN_WORK else 0.0
+
+
 def _pct(usage: float, limit: float) -> float:
     return usage / limit * 100.0 if limit > 0 else 0.0
 
@@ -172,16 +194,18 @@ class UsageModel:
     def __init__(self, view: ClusterView, weights: Weights) -> None:
         self.weights = weights
         reports = [view.brokers[n].report for n in sorted(view.brokers)]
-        total_cpu = sum(r.cpu.usage for r in reports)
-        total_work = sum(_work_of(r) for r in reports)
-        cluster_k = total_cpu / total_work if total_work > _MIN_WORK else 0.0
+        cluster_k = _cluster_cpu_per_work(reports)
         self.brokers: dict[str, BrokerUsage] = {}
         for r in reports:
             work = _work_of(r)
             k = r.cpu.usage / work if work > _MIN_WORK * 100 else cluster_k
+            cpu = r.cpu.usage
+            if _saturated(r) and cluster_k > 0:
+                k = cluster_k  # its own ratio is capped: the work it serves costs more than 100 %
+                cpu = max(cpu, work * k)
             self.brokers[r.broker] = BrokerUsage(
                 r.broker,
-                r.cpu.usage,
+                cpu,
                 r.cpu.limit,
                 r.bandwidth_in.usage,
                 r.bandwidth_in.limit,
