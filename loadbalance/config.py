@@ -240,6 +240,15 @@ class LoadBalancerConfig(BaseModel):
         alias="loadBalancerBalancedMaxOverMean",
         ge=1,
     )
+    load_balancer_shedding_stop_margin: float = _f(
+        0.02,
+        "Ours: our shedder (ProjectedUsageShedder) sheds a broker until it is this far inside "
+        "loadBalancerBalancedMaxOverMean (the band less this, x the mean; 1.08 by default); each "
+        "move is still chosen to settle the broker at the band less 0.04 when one move can. A "
+        "further move for the last hundredths costs a whole move that report noise undoes.",
+        alias="loadBalancerSheddingStopMargin",
+        **_NONNEG,
+    )
     load_balancer_in_flight_move_timeout_seconds: float = _f(
         960,
         "Ours: a move the reports do not show yet is projected into the next cycles' usage "

@@ -18,9 +18,12 @@ as few bundles as it can:
   ``min_spread`` (noise guard); a cluster inside the band is left alone however uneven inside
   it, and an idle broker alone is no reason to move anything;
 * it sheds from each broker above the band and aims it **inside** the band, at the band less
-  ``band_margin`` (1.06 x mean), so report noise does not tip it straight back out; a broker
-  between the target and the band that is not already shedding is left alone (moving it buys
-  nothing the band does not); it stops when no broker is left to shed, or no move helps;
+  ``band_margin`` (1.06 x mean), so report noise does not tip it straight back out; it stops
+  shedding a broker once that is ``loadBalancerSheddingStopMargin`` inside the band (1.08 x
+  mean): a second move off it for the last hundredths costs a whole move (its clients
+  reconnect) that a point of report noise undoes; a broker inside the band that is not
+  already shedding is left alone (moving it buys nothing the band does not); it stops when no
+  broker is left to shed, or no move helps;
 * each move is chosen by its effect on the **whole cluster** (``move_search``): the bundle and
   destination that settle the busiest broker in one move with the least traffic cut over, else
   that leave the least excess above the target (then the flattest cluster), projected with
@@ -182,6 +185,7 @@ class ProjectedUsageShedder:
             came_from=came_from, moves=moves, band_ratio=band,
         )  # fmt: skip
         band_mean = spread.mean
+        stop = max(ratio, band - config.load_balancer_shedding_stop_margin)
         counts = {b: len(view.brokers[b].report.bundles) for b in loads}
         held: Mapping[str, object] = view.in_flight
         cands: dict[str, Candidates] = {}
@@ -189,7 +193,7 @@ class ProjectedUsageShedder:
         acting: set[str] = set()
         out: list[Decision] = []
         while len(out) < budget:
-            s = _next_source(loads, spread.mean, (band, ratio), acting, stuck)
+            s = _next_source(loads, spread.mean, (band, stop), acting, stuck)
             if s is None:
                 break
             acting.add(s)

@@ -1,4 +1,5 @@
-"""ProjectedUsageShedder never fills a broker past the band, and sees what a capped CPU hides.
+"""ProjectedUsageShedder never fills a broker past the band, sees what a capped CPU hides, and
+stops shedding a broker a little inside the band.
 
 Two causes of follow-up moves within an episode (``benchmarks/bench_optimum.py``):
 
@@ -6,7 +7,9 @@ Two causes of follow-up moves within an episode (``benchmarks/bench_optimum.py``
   just moved sits in its grace period there: a destination filled with moved bundles stays above
   the band for the whole period (``move_search``);
 * a broker whose CPU is at its limit reports the cap, not what its work costs, so a plan on the
-  report sheds too little from it and sheds it again next cycle (``usage_projection``).
+  report sheds too little from it and sheds it again next cycle (``usage_projection``);
+* a second move off a broker already inside the band, for the last hundredths, costs a whole
+  move that report noise undoes (``loadBalancerSheddingStopMargin``).
 
 Brokers have 8 cores and CPU exactly 0.01 % of a core per msg/s: 8,000 msg/s is 0.10 of a
 broker's usage.
@@ -52,8 +55,9 @@ def _broker(name: str, bundles: dict[str, float], cpu_cap: float | None = None) 
     return BrokerView(report, 0.0, 0.0, TimeAverageBrokerData(), 0)
 
 
-def _shed(view: ClusterView):
+def _shed(view: ClusterView, **cfg: float):
     config = LoadBalancerConfig(loadBalancerLoadPlacementStrategy="LeastProjectedUsage")
+    config = config.model_copy(update=cfg)
     shedder = ProjectedUsageShedder()
     return shedder.find_bundles_for_unloading(
         view, config, shedder.initial_state(), now_ms=NOW, cycle="c"
@@ -138,3 +142,20 @@ def test_a_capped_broker_is_shed_into_the_band_in_one_plan() -> None:
     after = _true_after(brokers, _shed(view).decisions)
     mean = sum(after.values()) / len(after)
     assert max(after.values()) <= 1.10 * mean + 1e-9, after
+
+
+def test_a_broker_being_shed_stops_the_stop_margin_inside_the_band() -> None:
+    """``hot`` at 0.40 in 32 bundles of 0.0125, three brokers at 0.25: mean 0.2875 whatever
+    moves. With the band at 1.12, a stop margin of 0.02 stops ``hot`` at 1.10 x mean (0.316):
+    seven moves leave it at 0.3125. A margin of 0.04 (the aim, 1.08 x mean = 0.3105) takes an
+    eighth move."""
+    brokers = {"hot": {f"h{i:02d}": 1_000.0 for i in range(32)}}
+    for n in ("a", "b", "c"):
+        brokers[n] = {f"{n}{i:02d}": 1_000.0 for i in range(20)}
+    view = ClusterView(brokers={n: _broker(n, b) for n, b in brokers.items()}, bundle_data={})
+    band = {"load_balancer_balanced_max_over_mean": 1.12}
+    short = _shed(view, **band, load_balancer_shedding_stop_margin=0.02).decisions
+    deep = _shed(view, **band, load_balancer_shedding_stop_margin=0.04).decisions
+    assert (len(short), len(deep)) == (7, 8)
+    after = _true_after(brokers, short)
+    assert 1.08 * 0.2875 < after["hot"] <= 1.10 * 0.2875
