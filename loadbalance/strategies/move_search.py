@@ -23,7 +23,9 @@ moved to a stronger broker costs less usage there, so the mean falls with it); i
 its destination above the balance band (``band_ratio`` x the mean after the move): that broker
 would then have to shed in turn, and the bundle just moved sits in its grace period there, so a
 destination filled with moved bundles can stay above the band for the whole period, every cycle
-of it one more for the episode to count (the source waits for another move instead);
+of it one more for the episode to count (the source waits for another move instead), unless
+the source is overloaded and the destination stays under the overload threshold (an overloaded
+broker never waits for a move that keeps every broker inside the band);
 a bundle is never sent back to the broker a move of ours took it from (ping-pong), and under
 placement policies only to a broker its policies allow (``PolicyMoves``).
 """
@@ -84,9 +86,11 @@ class MoveSearch:
         came_from: Mapping[str, str],
         moves: PolicyMoves | None = None,
         band_ratio: float | None = None,
+        overloaded: float | None = None,
     ) -> None:
         self.model, self.spread, self.target_ratio = model, spread, target_ratio
         self.band_ratio = band_ratio
+        self.overloaded = overloaded
         self.destinations, self.min_gain = destinations, min_gain
         self.came_from, self.moves = came_from, moves
         self._top: list[tuple[float, str]] = []
@@ -136,6 +140,14 @@ class MoveSearch:
         i = cands.first_at_least(room)
         return cands.window(max(0, i - 2 * WINDOW), i + WINDOW)
 
+    def _relief(self, s: str, load_d: float) -> bool:
+        """Whether the move relieves an overloaded source without overloading its destination:
+        such a move may take the destination above the band, since an overloaded broker never
+        waits for a move that keeps every broker inside it (Pulsar's shedders always act on
+        one); it still lowers the pair's higher load, as every move must."""
+        limit = self.overloaded
+        return limit is not None and self.spread.loads[s] > limit and load_d < limit
+
     def _key(self, s: str, d: str, c: Candidate) -> tuple | None:
         """How good moving ``c`` from ``s`` to ``d`` is (lower is better); ``None`` when the
         move is not allowed or does not lower the pair's higher load."""
@@ -151,7 +163,11 @@ class MoveSearch:
             return None  # the cluster's max/mean would rise (the mean falls on a strong broker)
         if self.moves is not None and not self.moves.allows(c.bundle, s, d):
             return None
-        if self.band_ratio is not None and load_d > mean * self.band_ratio:
+        if (
+            self.band_ratio is not None
+            and load_d > mean * self.band_ratio
+            and not self._relief(s, load_d)
+        ):
             return None  # a new broker above the band, its new bundle in its grace period
         target = mean * self.target_ratio
         excess = max(load_s - target, 0.0) + max(load_d - target, 0.0)

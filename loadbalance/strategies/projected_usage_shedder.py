@@ -183,6 +183,7 @@ class ProjectedUsageShedder:
         search = MoveSearch(
             model, spread, ratio, destinations=self.destinations, min_gain=self.min_gain,
             came_from=came_from, moves=moves, band_ratio=band,
+            overloaded=config.load_balancer_broker_overloaded_threshold_percentage / 100.0,
         )  # fmt: skip
         band_mean = spread.mean
         stop = max(ratio, band - config.load_balancer_shedding_stop_margin)

@@ -159,3 +159,20 @@ def test_a_broker_being_shed_stops_the_stop_margin_inside_the_band() -> None:
     assert (len(short), len(deep)) == (7, 8)
     after = _true_after(brokers, short)
     assert 1.08 * 0.2875 < after["hot"] <= 1.10 * 0.2875
+
+
+def test_an_overloaded_broker_is_relieved_even_past_the_band() -> None:
+    """Ten brokers at 0.20 and ``hot`` at 0.90 in six bundles of 0.15: mean 0.264, band 0.29.
+    Every move takes its destination to 0.35, above the band; but ``hot`` is overloaded (above
+    85 %), and an overloaded broker never waits for a move that keeps every broker inside the
+    band: it is shed, and no destination is overloaded by it."""
+    brokers = {"hot": {f"h{i}": 12_000.0 for i in range(6)}}
+    for n in range(10):
+        brokers[f"q{n}"] = {f"q{n}x{i:02d}": 1_000.0 for i in range(16)}
+    view = ClusterView(brokers={n: _broker(n, b) for n, b in brokers.items()}, bundle_data={})
+    res = _shed(view)
+    assert res.decisions
+    assert all(d.source_broker == "hot" for d in res.decisions)
+    after = _true_after(brokers, res.decisions)
+    assert after["hot"] < 0.85
+    assert max(after[d.destination_broker] for d in res.decisions) < 0.85
