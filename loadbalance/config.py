@@ -236,7 +236,8 @@ class LoadBalancerConfig(BaseModel):
         "isolation pool against its own mean; used by the run summary, the balance scoreboard "
         "and lbctl monitor. For our shedder (ProjectedUsageShedder) it is both the trigger (it "
         "moves bundles only in a pool with a broker above it, or an overloaded broker) and "
-        "where shedding stops (each broker it sheds is taken to it less a 0.04 margin).",
+        "where shedding aims (each broker it sheds stops loadBalancerSheddingStopMargin inside "
+        "it, and no move takes a destination past it unless it relieves an overloaded broker).",
         alias="loadBalancerBalancedMaxOverMean",
         ge=1,
     )
