@@ -29,7 +29,8 @@ as few bundles as it can:
   that leave the least excess above the target (then the flattest cluster), projected with
   ``usage_projection`` (so a 4x broker is filled 4x as far) on the mean after the move, and
   never one that takes its destination above the band (a new broker to shed, its new bundle in
-  its grace period: the source waits instead);
+  its grace period: the source waits instead), unless it relieves an overloaded source without
+  overloading the destination;
 * leaves a broker alone whose excess is a bundle being split (or merged) in this cycle: the cycle
   hands those bundles to the shedder as moved "now" (``recently_unloaded`` at ``now_ms``), their
   load leaves with the split, and shedding the broker's other bundles on top would move load
