@@ -55,10 +55,22 @@ class ClockBound:
 
     @classmethod
     def skewed(
-        cls, offset: float, rate: float, *, rate_error: float = 0.0, uncertainty: float = 0.0
+        cls,
+        offset: float,
+        rate: float,
+        *,
+        rate_error: float = 0.0,
+        uncertainty: float = 0.0,
+        at: float = 0.0,
     ) -> ClockBound:
-        """A clock reading ``offset + rate * reference``, known to ``rate_error`` (relative)."""
-        return cls(offset, 0.0, rate * (1 - rate_error), rate * (1 + rate_error), uncertainty)
+        """A clock reading ``offset + rate * reference``, known to ``rate_error`` (relative),
+        anchored at reference time ``at``. Why the anchor: the rate allowance widens an interval
+        by ``rate_error`` times its distance from the anchor, so a bound anchored at 0 of a
+        clock such as CLOCK_MONOTONIC (the time since boot) widens every interval by hours of
+        allowance; anchor it where the observation starts."""
+        return cls(
+            offset + rate * at, at, rate * (1 - rate_error), rate * (1 + rate_error), uncertainty
+        )
 
     def earliest(self, local: float) -> float:
         """The earliest reference time at which the local clock can have read ``local``."""

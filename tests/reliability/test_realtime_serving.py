@@ -50,7 +50,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL_MS = 2_000
-EXACT = ClockBound.skewed(0.0, 1.0, rate_error=1e-6, uncertainty=0.001)
+EXACT = ClockBound.skewed(0.0, 1.0, rate_error=1e-6, uncertainty=0.001, at=time.monotonic())
 
 
 def _store(url: str, prefix: str) -> RedisStore:
@@ -288,9 +288,14 @@ def test_skewed_agents_never_serve_one_range_at_once_under_pauses(tmp_path: Path
     seed = int(os.environ.get("LB_NEMESIS_SEED") or random.SystemRandom().randrange(2**32))
     never_stop = os.environ.get("LB_REALTIME_NEVER_STOP") == "1"
     print(f"LB_NEMESIS_SEED={seed}")
+    # the agents' clocks read offset + rate * CLOCK_MONOTONIC: the bounds are anchored at the
+    # run's start, so the rate allowance counts the run's seconds, not the machine's uptime
+    # (anchored at 0, 1e-6 of eight hours since boot widened each end by 29 ms, more than the
+    # 50 ms stop margin leaves between a stop and the next holder's start)
+    start = time.monotonic()
     n, intervals = run_realtime_nemesis(tmp_path, seed, never_stop)
     clocks = {
-        name: ClockBound.skewed(off, rate, rate_error=1e-6, uncertainty=0.001)
+        name: ClockBound.skewed(off, rate, rate_error=1e-6, uncertainty=0.001, at=start)
         for name, (off, rate) in AGENTS.items()
     }
     found = check_serving(intervals, clocks)
