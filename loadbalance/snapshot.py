@@ -302,6 +302,22 @@ def bundle_data_from_document(
     return {name: _bundle_data(bd, p) for name, (p, bd) in _bundle_map(section, path).items()}
 
 
+def preallocations_from_documents(
+    docs: Mapping[str, Mapping[str, Any]],
+) -> tuple[dict[str, dict[str, BundleData]], list[str]]:
+    """Recorded preallocations (broker -> bundle -> ``{shortTerm, longTerm, topics}``) as
+    broker -> bundle -> ``BundleData``, and one line per broker whose entries were refused (that
+    broker's preallocations are left out: a bad record must not stop the policy cycle)."""
+    out: dict[str, dict[str, BundleData]] = {}
+    refused: list[str] = []
+    for broker in sorted(docs):
+        try:
+            out[broker] = bundle_data_from_document(docs[broker], f"preallocated.{broker}")
+        except InvalidInput as e:
+            refused.append(f"{broker}: {e}")
+    return out, refused
+
+
 def snapshot_from_document(
     doc: Mapping[str, Any],
     config_overrides: Mapping[str, str],

@@ -26,6 +26,7 @@ from metadata_store.cycle_state import CycleStateJson
 from metadata_store.keys import Keys
 from metadata_store.load_snapshot import LoadSnapshot
 from metadata_store.ownership_redis import RedisStore
+from metadata_store.placement_state import Preallocations
 
 __all__ = [
     "CycleStateCodec",
@@ -77,6 +78,9 @@ class PendingCycle:
 
     namespaces: dict[str, NamespaceBundles]
     brokers: list[str] | None
+    preallocated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """broker -> bundle -> stored document: the lookups' placements its owner had not reported
+    yet, whose lease it still held (``Preallocations.held``)."""
 
 
 class ProgressStore(Protocol):
@@ -93,11 +97,14 @@ class ProgressStore(Protocol):
         batch: int,
         namespaces: Mapping[str, NamespaceBundles],
         brokers: Iterable[str] | None = None,
+        preallocated: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None: ...
 
     def read_namespaces(self) -> dict[str, NamespaceBundles]: ...
 
     def read_live_brokers(self) -> list[str]: ...
+
+    def read_preallocated(self, brokers: Iterable[str]) -> dict[str, dict[str, Any]]: ...
 
     def commit(
         self,
@@ -184,9 +191,11 @@ class RedisProgress:
         if not doc or int(doc[b"batch"]) != batch:
             return None
         brokers = doc.get(b"brokers")  # absent when written by a job that did not record them
+        preallocated = doc.get(b"preallocated")  # likewise
         return PendingCycle(
             namespaces_from_json(doc[b"namespaces"]),
             None if brokers is None else [str(b) for b in json.loads(brokers)],
+            {} if preallocated is None else json.loads(preallocated),
         )
 
     def set_pending(
@@ -194,10 +203,13 @@ class RedisProgress:
         batch: int,
         namespaces: Mapping[str, NamespaceBundles],
         brokers: Iterable[str] | None = None,
+        preallocated: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         mapping: dict[str, Any] = {"batch": batch, "namespaces": namespaces_to_json(namespaces)}
         if brokers is not None:
             mapping["brokers"] = json.dumps(sorted(brokers))
+        if preallocated:
+            mapping["preallocated"] = json.dumps(preallocated, sort_keys=True)
         # replaced whole: a field of an earlier batch's record must not outlive it
         pipe = self._r.pipeline(transaction=True)
         pipe.delete(self._keys.stream_pending())
@@ -214,6 +226,10 @@ class RedisProgress:
         """Brokers whose registration is live now, judged by Redis's own clock as the
         controller judges them (the registry is the ownership store's)."""
         return RedisStore(self._r, self._prefix, clock="server").live_brokers(0)
+
+    def read_preallocated(self, brokers: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The lookups' placements these brokers have not reported yet and still hold."""
+        return Preallocations(self._r, self._prefix).held(sorted(brokers))
 
     def commit(
         self,
@@ -283,6 +299,7 @@ class MemoryProgress:
         batch: int,
         namespaces: Mapping[str, NamespaceBundles],
         brokers: Iterable[str] | None = None,
+        preallocated: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         pass
 
@@ -291,6 +308,9 @@ class MemoryProgress:
 
     def read_live_brokers(self) -> list[str]:
         return []  # no registry: every reporting broker takes part
+
+    def read_preallocated(self, brokers: Iterable[str]) -> dict[str, dict[str, Any]]:
+        return {}  # no lookups without Redis
 
     def commit(self, progress: Progress, *_args: Any) -> None:
         self._progress = progress

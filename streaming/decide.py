@@ -13,8 +13,9 @@ decision with the lease's term):
 3. write the shard records (whole or delta) and broker documents the batch changed, the clock
    and the batch id to Redis in one transaction
    (``metadata_store.progress.RedisProgress.commit``); when split or shedding is due at the
-   batch's clock, the batch's namespaces are recorded first (``P:stream:pending``) and the
-   commit says ``cycle_pending``;
+   batch's clock, the batch's namespaces, the registry's live brokers and the lookups'
+   placements those brokers have not reported yet (their preallocations whose lease they still
+   hold) are recorded first (``P:stream:pending``) and the commit says ``cycle_pending``;
 4. a pending cycle then runs ``loadbalance.cycle.step`` over the view just committed, with
    ``cycle = str(batch_id)`` and ``now_ms`` = the newest Kafka timestamp seen so far (never the
    wall clock), publishes every decision with ``encode_decision``, keyed by bundle (the view
@@ -30,7 +31,8 @@ the order of the steps and why each due cycle completes exactly once are in
 Why replays are exact: a batch's input offsets are fixed by Spark's offset log, the state step
 is deterministic (its only clock is the watermark Spark logs with the batch), the view and
 ``CycleState`` a batch starts from are those committed with the previous batch, and a cycle
-reads the view committed with its batch and the namespaces recorded before that commit. So a
+reads the view committed with its batch and the namespaces, brokers and preallocations recorded
+before that commit. So a
 batch replayed after a crash computes the same view, and a cycle completed after a crash (a
 stage completes a ``cycle_pending`` it finds when it seeds, before anything else) the same
 decisions with the same ids.
@@ -63,7 +65,10 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import MINUTE_MS, CycleResult, CycleState, step, weights_from_config
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.shedding.registry import make_shedder
+from loadbalance.snapshot import preallocations_from_documents
+from loadbalance.time_average import BundleData
 from loadbalance.values import DecisionReason, SkipReason
+from loadbalance.view import with_preallocated
 from metadata_store.load_snapshot import decode_broker_entry
 from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
@@ -101,6 +106,15 @@ def _lookahead(advance_ms: int) -> int:
 
 
 _USAGE_KEYS = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
+
+
+def _preallocations(placed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, BundleData]]:
+    """The pending record's preallocations as the view holds them; a refused record is logged
+    and left out (``preallocations_from_documents``)."""
+    out, refused = preallocations_from_documents(placed)
+    for line in refused:
+        log.warning("preallocation left out of the policy cycle: %s", line)
+    return out
 
 
 def usage_percents(doc: str) -> tuple[float, float, float, float, float]:
@@ -382,7 +396,9 @@ class DecisionStage:
         if due and self._progress_store.pending(batch_id) is None:
             # recorded before the commit: the cycle (and any replay of it) reads these
             store = self._progress_store
-            store.set_pending(batch_id, store.read_namespaces(), store.read_live_brokers())
+            live = store.read_live_brokers()
+            placed = store.read_preallocated(live)
+            store.set_pending(batch_id, store.read_namespaces(), live, placed)
         sink.flush()
         phases.mark("pending_and_flush")
         new = Progress(batch_id, now_ms, progress.cycle_state, cycle_pending=due)
@@ -469,13 +485,16 @@ class DecisionStage:
         batch once its decisions are out (None when completing one after a restart)."""
         assert self._progress_store is not None and self._view is not None
         pending = self._progress_store.pending(progress.batch)
+        placed: Mapping[str, Mapping[str, Any]] = {}
         if pending is None:  # no Redis (MemoryProgress keeps no pending record)
             namespaces = self._progress_store.read_namespaces()
             live = None
         else:
             # The registry's live brokers when the batch made the cycle due; an empty registry
-            # (agents running without Redis) leaves every reporting broker in
+            # (agents running without Redis) leaves every reporting broker in. The lookups'
+            # placements their owners had not reported yet are the cycle's preallocations.
             namespaces, live = pending.namespaces, pending.brokers or None
+            placed = pending.preallocated
         phases = _Phases()
         self._view.wait_warm()  # a warm-up still decoding: the cycle's view needs it done
         phases.mark("cycle_warm_wait")
@@ -484,6 +503,8 @@ class DecisionStage:
             if self._policies is not None:
                 # isolation, anti-affinity and failure domains for this cycle's transfers
                 view = replace(view, policies=self._policies.read())
+            if placed:
+                view = with_preallocated(view, _preallocations(placed))
             phases.mark("cycle_view")
             cycle_state, result = step(
                 progress.cycle_state,

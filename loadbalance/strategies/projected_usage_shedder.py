@@ -11,7 +11,9 @@ as few bundles as it can:
 * it reads each broker's **current** weighted max usage (no long history to lag behind a move),
   with the moves earlier cycles decided and the reports do not show yet projected in
   (``view.in_flight``, kept by the cycle: ``loadbalance.in_flight``), so a lagging report never
-  makes it move the same load twice;
+  makes it move the same load twice; and with the bundles lookups placed that the new owner has
+  not reported yet (``view.preallocated``) added to it, so a round of reports read half before
+  and half after a lookup burst does not look uneven (Pulsar's shedders read reports alone);
 * **hysteresis**: it acts only when the busiest broker is above the balance band
   (``loadBalancerBalancedMaxOverMean`` x the mean, 1.10) or overloaded
   (``loadBalancerBrokerOverloadedThresholdPercentage``), and the spread is more than
@@ -64,6 +66,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
 from loadbalance.model import NamespaceBundleStats
+from loadbalance.strategies.least_projected_usage import LoadIndex
 from loadbalance.strategies.move_search import MoveSearch, Spread
 from loadbalance.strategies.policy_moves import PolicyMoves, restricts_moves
 from loadbalance.strategies.shed_candidates import Candidate, Candidates, movable
@@ -120,6 +123,8 @@ class ProjectedUsageShedder:
         if len(view.brokers) < 2:
             return state, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
         model = UsageModel(view, Weights.of(config))
+        if view.preallocated:
+            model.project_preallocated(view, LoadIndex(view).estimate)
         came_from = {b: src for b, src in state.came_from.items() if b in view.bundle_data}
         loads = {b: model.load(b) for b in model.brokers}
         moves = PolicyMoves(view, config) if restricts_moves(view, config) else None

@@ -26,7 +26,9 @@ This module closes that gap by turning a bundle's rates into a usage increase on
 
 Moves decided by earlier cycles that the reports do not show yet (``view.in_flight``) are
 projected on construction: taken off a source whose report still lists the bundle, added to a
-destination whose report does not list it yet (``loadbalance.in_flight``).
+destination whose report does not list it yet (``loadbalance.in_flight``). Bundles that lookups
+placed and whose new owner has not reported them yet (``view.preallocated``) are projected by a
+caller that asks (``project_preallocated``): placement adds them itself, per candidate.
 
 A broker's **load** is then Pulsar's ``getMaxResourceUsageWithWeight`` over the projected
 figures, so shedding, placement and the preallocation bookkeeping all speak the same number.
@@ -36,6 +38,7 @@ overstates a bundle's cost: errors are small and the next report corrects them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -226,6 +229,28 @@ class UsageModel:
                 self.remove(m.source, load)
             if m.destination in self.brokers and destination_shows(view, bundle, m) is False:
                 self.add(m.destination, load)
+
+    def project_preallocated(
+        self, view: ClusterView, estimate: Callable[[str, BundleData], BundleLoad]
+    ) -> int:
+        """Add each bundle preallocated to a broker whose report does not list it yet; how many.
+
+        Why: after a lookup burst (a scale-in's bundles placed on the brokers left) the brokers
+        that reported since carry their new bundles and those that did not yet look idle; a
+        shedder reading that round would move load off the first ones and back. A bundle in
+        flight is left to ``_project_in_flight``, and one preallocated twice counts once."""
+        seen: set[str] = set()
+        for broker in sorted(view.preallocated):
+            bv = view.brokers.get(broker)
+            if bv is None or broker not in self.brokers:
+                continue
+            entries = view.preallocated[broker]
+            for bundle in sorted(entries):
+                if bundle in bv.report.bundles or bundle in view.in_flight or bundle in seen:
+                    continue
+                seen.add(bundle)
+                self.add(broker, estimate(bundle, entries[bundle]))
+        return len(seen)
 
     def load(self, broker: str) -> float:
         return self.brokers[broker].load(self.weights)
