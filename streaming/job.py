@@ -72,7 +72,7 @@ class StreamSettings:
     max_bytes_per_trigger: int | None = None
     # a partition's range of more reports than this is read by several tasks (None: one task
     # per partition, which costs less CPU per report on two cores shared with the broker:
-    # docs/benchmarks.md)
+    # docs/design-decisions.md)
     max_records_per_partition: int | None = None
     watermark_delay_seconds: float = 60.0
     client_config: Mapping[str, Any] = field(default_factory=dict)
@@ -301,7 +301,7 @@ class _JsonProgress(JStreamingQueryListener):
     Why: PySpark's ``QueryProgressEvent.fromJObject`` reads every field of the progress with its
     own Py4J call, and a reflective lookup among them makes the JVM search every jar of its
     class path: 75-101 ms per event (0.3-0.4 ms as JSON) and a seventh of the JVM's sampled
-    frames at a million bundles, on the cores the batches need (docs/benchmarks.md, "Whole
+    frames at a million bundles, on the cores the batches need (docs/design-decisions.md, "Whole
     records spread over batches, and the query listener"). The JSON is Spark's own
     ``StreamingQueryProgress.json``, parsed by PySpark's ``fromJson``; should that ever fail,
     the event is read the slow way rather than lost."""

@@ -44,7 +44,8 @@ Options (case-insensitive):
   instead of Kafka's columns. Why: the reports are the largest thing the job moves (hundreds of
   KB each); decoded in the reading task, their bytes cross from Python to the JVM once, as the
   smaller parsed rows, instead of three times (to the JVM, back to a ``mapInPandas`` worker, and
-  the parsed rows again), which took most of a catch-up batch's time (docs/benchmarks.md);
+  the parsed rows again), which took most of a catch-up batch's time
+  (docs/design-decisions.md);
 * ``kafka.*``: everything else is passed to librdkafka without the prefix, e.g.
   ``kafka.security.protocol=SASL_SSL``, ``kafka.sasl.mechanism=PLAIN``,
   ``kafka.sasl.username``/``kafka.sasl.password``, ``kafka.ssl.ca.location``. Note librdkafka's
