@@ -20,6 +20,8 @@ broker usage spread from ~35 % to ~95 % so every shedder has work to do. Statefu
 restarts from that primed state.
 
 Run: ``.venv/bin/python benchmarks/bench_cycle.py [--bundles 100000] [--brokers 20] [--reps 7]``
+(``--usage stream`` draws the brokers as ``bench_stream.py`` does, so the default pair moves
+thousands of bundles a cycle: ~16k at 1M bundles on 400 brokers)
 (add ``--profile SHEDDER`` to print a ``cProfile`` of one cycle of that shedder's pair).
 """
 
@@ -71,9 +73,14 @@ def namespaces_for(n_bundles: int) -> dict[str, NamespaceBundles]:
 
 
 def synthetic_reports(
-    n_bundles: int, n_brokers: int, seed: int, now_ms: int
+    n_bundles: int, n_brokers: int, seed: int, now_ms: int, usage: str = "spread"
 ) -> dict[str, LocalBrokerData]:
-    """The brokers' reports over ``n_bundles`` bundles, 100 per namespace (seeded)."""
+    """The brokers' reports over ``n_bundles`` bundles, 100 per namespace (seeded).
+
+    ``usage="spread"``: Zipf-skewed rates, usage spread evenly from ~35 % to ~95 %.
+    ``usage="stream"``: what ``bench_stream.py``'s reports look like (``stream_reports``)."""
+    if usage == "stream":
+        return stream_reports(n_bundles, n_brokers, seed, now_ms)
     rng = random.Random(seed)
     names = [b for ns in namespaces_for(n_bundles).values() for b in ns.bundle_names]
     brokers = [f"broker-{i:02d}" for i in range(n_brokers)]
@@ -117,6 +124,18 @@ def synthetic_reports(
     return out
 
 
+def stream_reports(
+    n_bundles: int, n_brokers: int, seed: int, now_ms: int
+) -> dict[str, LocalBrokerData]:
+    """Reports drawn as ``bench_stream.py``'s brokers draw them (each bundle 1-200 msg/s of
+    1,000 bytes, each broker's CPU 20-90 %): the default pair (ThresholdShedder +
+    LeastLongTermMessageRate) then sheds and places thousands of bundles per cycle at a million
+    bundles, as the live job does. The same reports as ``bench_driver_view.py --stream-shape``."""
+    from benchmarks.bench_driver_view import stream_shaped_reports
+
+    return stream_shaped_reports(n_bundles, n_brokers, seed, now_ms)
+
+
 class _Samples(list[float]):
     """Wall-clock samples (ms), with the process CPU time of each beside them (``cpu``)."""
 
@@ -146,9 +165,11 @@ def _summary(samples: _Samples) -> dict[str, float]:
     }
 
 
-def run(n_bundles: int, n_brokers: int, reps: int, shedders: list[str]) -> dict[str, Any]:
+def run(
+    n_bundles: int, n_brokers: int, reps: int, shedders: list[str], usage: str = "spread"
+) -> dict[str, Any]:
     now = 10 * MINUTE_MS
-    reports = synthetic_reports(n_bundles, n_brokers, 1, now)
+    reports = synthetic_reports(n_bundles, n_brokers, 1, now, usage)
     base = LoadBalancerConfig()
     kw = ingest_kwargs(base)
 
@@ -191,14 +212,16 @@ def run(n_bundles: int, n_brokers: int, reps: int, shedders: list[str]) -> dict[
     return out
 
 
-def profile(n_bundles: int, n_brokers: int, shedder: str, top: int = 30) -> None:
+def profile(
+    n_bundles: int, n_brokers: int, shedder: str, top: int = 30, usage: str = "spread"
+) -> None:
     """Print a ``cProfile`` of one cycle (``build_view`` + ``step``) of this shedder's pair,
     the functions sorted by their own time; the reports are folded first, outside it."""
     import cProfile
     import pstats
 
     now = 10 * MINUTE_MS
-    reports = synthetic_reports(n_bundles, n_brokers, 1, now)
+    reports = synthetic_reports(n_bundles, n_brokers, 1, now, usage)
     config = LoadBalancerConfig(
         loadBalancerLoadSheddingStrategy=SHEDDERS[shedder][0],
         loadBalancerLoadPlacementStrategy=SHEDDERS[shedder][1],
@@ -223,11 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--profile", default=None, help="print a cProfile of one cycle of this shedder's pair"
     )
+    p.add_argument(
+        "--usage",
+        choices=("spread", "stream"),
+        default="spread",
+        help="spread: usage 35-95 %% evenly; stream: random per broker as bench_stream.py",
+    )
     args = p.parse_args(argv)
     if args.profile:
-        profile(args.bundles, args.brokers, args.profile)
+        profile(args.bundles, args.brokers, args.profile, usage=args.usage)
         return 0
-    res = run(args.bundles, args.brokers, args.reps, args.shedders.split(","))
+    res = run(args.bundles, args.brokers, args.reps, args.shedders.split(","), args.usage)
     print(json.dumps(res, indent=1))
     return 0
 
