@@ -31,7 +31,7 @@ cluster without policies pays one set lookup per selected bundle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from loadbalance.bundles import bundle_namespace
@@ -89,9 +89,14 @@ class PolicyGuard:
         """``applyNamespacePolicies`` over the available brokers (memoised)."""
         got = self._candidates.get(namespace)
         if got is None:
-            got = namespace_candidates(
-                namespace, self._brokers, self.view.policies, self._usage_percent()
-            )
+            if not self.view.policies.isolation and self._candidates:
+                # no isolation policy: every namespace has the same answer (all brokers), and
+                # working it out again per namespace sorts every broker name thousands of times
+                got = next(iter(self._candidates.values()))
+            else:
+                got = namespace_candidates(
+                    namespace, self._brokers, self.view.policies, self._usage_percent()
+                )
             self._candidates[namespace] = got
         return got
 
@@ -211,9 +216,19 @@ def guard_unloads(
     guard = PolicyGuard(view, config)
     kept: list[Decision] = []
     skips: list[Skip] = []
+    # Both guards answer for the bundle's namespace and current broker (a system bundle is one
+    # by its namespace), so one answer per pair serves every bundle of it: a cycle at a million
+    # bundles guards tens of thousands of bundles of a few hundred namespaces per broker.
+    answers: dict[tuple[str, str], Skip | None] = {}
     for d in decisions:
         source = d.source_broker or ""
-        refusal = guard.unload_refusal(d.bundle, source)
+        key = (bundle_namespace(d.bundle), source)
+        if key in answers:
+            refusal = answers[key]
+            if refusal is not None:
+                refusal = replace(refusal, bundle=d.bundle)
+        else:
+            refusal = answers[key] = guard.unload_refusal(d.bundle, source)
         dest = d.destination_broker if d.kind == TRANSFER else None
         if refusal is None and dest is not None and dest not in guard.destinations(d.bundle):
             refusal = Skip(
