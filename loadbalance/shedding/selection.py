@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from operator import itemgetter
 
-from loadbalance.decisions import UNLOAD, Decision, Scalar, make_decision
+from loadbalance.decisions import Decision, Scalar, unload_of
 from loadbalance.shedding.system_namespaces import is_system_bundle
 from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView
@@ -129,9 +129,8 @@ def unload_decisions(
 ) -> list[Decision]:
     """UNLOAD decisions (no destination: placement happens on lookup, as in Pulsar)."""
     return [
-        make_decision(
+        unload_of(
             cycle=cycle,
-            kind=UNLOAD,
             bundle=bundle,
             source_broker=broker.broker,
             reason=reason,
