@@ -193,7 +193,8 @@ def _run_live(args: argparse.Namespace, scenarios: list[str], pair: str) -> int:
         within = sum(r.within_targets for r in results)
         print(
             f"{within}/{len(results)} scenarios within the targets (live cycles to balance <= "
-            f"fast + {bench_live.BALANCE_SLACK_CYCLES}, end max/mean within "
+            f"fast + {bench_live.BALANCE_SLACK_CYCLES}, live moves <= "
+            f"{bench_live.MOVES_RATIO} x fast, end max/mean within "
             f"{bench_live.END_RATIO_SLACK}); {elapsed_s:.0f} s; wrote " + ", ".join(map(str, paths))
         )
     return 0

@@ -67,7 +67,8 @@ STEP_WAIT_S = 120.0  # any later cycle: the pipeline is stuck if it takes longer
 RENEW_EVERY_S = 3.0  # heartbeats while waiting, well inside the 30 s lease and registration
 POLL_S = 0.05
 EXPIRE_MARGIN_S = 30.0  # beyond the lease TTL, how long a crashed broker's leases may take
-BALANCE_SLACK_CYCLES = 5  # targets: live cycles to balance within fast + 5
+BALANCE_SLACK_CYCLES = 3  # targets: live cycles to balance within fast + 3,
+MOVES_RATIO = 1.15  # live moves within 1.15 x fast,
 END_RATIO_SLACK = 0.05  # and live end max/mean within 0.05 of fast
 
 
@@ -102,13 +103,21 @@ class LiveResult:
 
     @property
     def within_targets(self) -> bool:
-        return cycles_within(self.live.balanced_after, self.fast.balanced_after) and (
-            abs(self.live.end_max_over_mean - self.fast.end_max_over_mean) <= END_RATIO_SLACK
+        return (
+            cycles_within(self.live.balanced_after, self.fast.balanced_after)
+            and moves_within(self.live.moves, self.fast.moves)
+            and abs(self.live.end_max_over_mean - self.fast.end_max_over_mean) <= END_RATIO_SLACK
         )
 
 
+def moves_within(live: int, fast: int) -> bool:
+    """Live moves at most 1.15 x the model's: the pipeline must be as frugal as the model (a
+    model that makes no move allows none)."""
+    return live <= fast * MOVES_RATIO
+
+
 def cycles_within(live: int | None, fast: int | None) -> bool:
-    """Live cycles to balance within fast + 5; a fast run that never balances cannot be beaten,
+    """Live cycles to balance within fast + 3; a fast run that never balances cannot be beaten,
     so any live result is within it, and a live run that never balances is not within a fast
     one that did."""
     if fast is None:

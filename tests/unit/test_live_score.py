@@ -165,10 +165,12 @@ def test_the_live_scoreboard_runs_with_scenario_then_pair_then_user_knobs(tmp_pa
     assert config.load_balancer_load_shedding_strategy == "ProjectedUsageShedder"
 
 
-def test_targets_need_live_within_five_cycles_and_end_ratio_within_five_hundredths() -> None:
-    assert bench_live.cycles_within(8, 3) and not bench_live.cycles_within(9, 3)
+def test_targets_need_live_within_three_cycles_and_moves_within_fifteen_percent() -> None:
+    assert bench_live.cycles_within(6, 3) and not bench_live.cycles_within(7, 3)
     assert bench_live.cycles_within(None, None) and bench_live.cycles_within(40, None)
     assert not bench_live.cycles_within(None, 3)
+    assert bench_live.moves_within(46, 41) and not bench_live.moves_within(48, 41)
+    assert bench_live.moves_within(0, 0) and not bench_live.moves_within(1, 0)
 
 
 def test_the_side_by_side_outputs_carry_both_rows_the_verdict_and_the_traces(tmp_path) -> None:
