@@ -23,9 +23,10 @@ where the fast model lets them expire, the lockstep waits until Redis has let th
 While it waits, the simulated brokers keep heartbeating and renewing their leases.
 
 **Paced** (``--cycle-seconds S``): one cycle every S seconds of wall time whatever the pipeline
-is doing, as ``lbctl run`` plays a scenario (2 s: thirty times real time). Decisions then land
-one or more cycles after the reports they were made from, and the difference from the lockstep
-row is what that lag costs.
+is doing, as ``lbctl run`` plays a scenario (2 s: thirty times real time), once the job has acted
+on the first cycle (as ``lbctl run`` holds its simulator until the job's first batch).
+Decisions then land one or more cycles after the reports they were made from, and the
+difference from the lockstep row is what that lag costs.
 
 Each scenario gets fresh embedded services and a fresh checkpoint in ``OUT/live/<scenario>/``,
 with the children's logs.
@@ -314,6 +315,12 @@ def _play(
             recorder.cycle(lc)
             if opts.cycle_seconds is None:
                 lock.wait(publisher.delivered, FIRST_WAIT_S if c == 0 else STEP_WAIT_S)
+            elif c == 0:
+                # held until the job has read and acted on the first cycle, as ``lbctl run``
+                # holds: else its first batch, while Spark starts, reads ten cycles at once
+                lock.wait(publisher.delivered, FIRST_WAIT_S)
+                next_at = time.monotonic() + opts.cycle_seconds
+                _sleep_until(next_at, alive)
             else:
                 next_at += opts.cycle_seconds
                 _sleep_until(next_at, alive)
