@@ -294,7 +294,10 @@ class BrokerSelector:
 
     def _record(self, bundle: str, chosen: str, data: BundleData) -> str:
         """Preallocate ``bundle`` on ``chosen`` so that the next ``select`` counts it."""
-        self._preallocated.setdefault(chosen, Preallocations())[bundle] = data
+        pre = self._preallocated.get(chosen)
+        if pre is None:  # (not ``setdefault``: it would build a new one for every placement)
+            pre = self._preallocated[chosen] = Preallocations()
+        pre[bundle] = data
         self._bundle_to_broker[bundle] = chosen
         self._ns_counts.add(chosen, bundle_namespace(bundle))
         self._recount_topics(chosen)
