@@ -263,6 +263,16 @@ class LastStats(Mapping[str, NamespaceBundleStats]):
             value = made.stats[row]
         return value
 
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        """``stat(name)``, or ``default``: a policy asks ``get`` for the few bundles it moves
+        (recording a move in flight, a split's sessions), and ``Mapping.get`` would go through
+        ``__getitem__``, making every bundle of the broker on the first read (a cycle moving
+        16k bundles off 150 brokers made 370k values to read 16k: 0.7 s of its 1.3 s)."""
+        try:
+            return self.stat(name)
+        except KeyError:
+            return default
+
     def _members(self) -> frozenset[str]:
         if self._set is None:
             self._set = frozenset(self._names)
