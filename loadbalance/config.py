@@ -746,6 +746,12 @@ class LoadBalancerConfig(BaseModel):
         return v
 
     @property
+    def overloaded_threshold(self) -> float:
+        """``loadBalancerBrokerOverloadedThresholdPercentage`` as a fraction of a broker, the
+        unit every load figure of the policies is in."""
+        return self.load_balancer_broker_overloaded_threshold_percentage / 100.0
+
+    @property
     def shedding_strategy_name(self) -> str:
         return _short(self.load_balancer_load_shedding_strategy)
 

@@ -77,7 +77,7 @@ class LeastLongTermMessageRate:
         rng: random.Random,
         state: None,
     ) -> tuple[None, str | None]:
-        threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        threshold = config.overloaded_threshold
         base, overloaded = self._base_scores(view, threshold)
         known = sorted(set(candidates).intersection(base))
         if not known:

@@ -193,7 +193,7 @@ class BrokerSelector:
             ttl_s = self._config.load_balancer_broker_load_data_ttl_in_seconds
             self._live = live_candidates(self._view, now_ms=self._now_ms, load_data_ttl_s=ttl_s)
             self._live_set = frozenset(self._live)
-        threshold = self._config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        threshold = self._config.overloaded_threshold
         data = self._view.bundle(bundle)
         if self._rules.restricts(bundle):
             chosen = self._select_by_rules(bundle, excluded, data, threshold)

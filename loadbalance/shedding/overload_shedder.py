@@ -61,7 +61,7 @@ class OverloadShedder:
     ) -> tuple[None, PolicyResult]:
         if len(view.brokers) <= 1:
             return None, PolicyResult((), (Skip(self.name, SkipReason.NO_BROKERS),))
-        threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        threshold = config.overloaded_threshold
         decisions: list[Decision] = []
         skips: list[Skip] = []
         taken: set[str] = set()

@@ -204,7 +204,7 @@ class _LoadStats:
         self.std = math.sqrt(max(self.sq_sum / n - self.avg * self.avg, 0.0))
         self.target_std = config.load_balancer_broker_load_target_std
         self.multiplier = min(0.5, max(0.0, self.target_std / 2.0))
-        self.overload = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        self.overload = config.overloaded_threshold
         self.lo, self.hi, self.pairs = 0, n - 1, 0
 
     def underloaded(self) -> bool:

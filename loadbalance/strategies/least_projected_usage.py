@@ -268,7 +268,7 @@ class LeastProjectedUsage:
         )
         if not scores:
             return None, None
-        threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        threshold = config.overloaded_threshold
         fitting = {c: s for c, s in scores.items() if s <= threshold} or scores
         best_score = min(fitting.values())
         best = [c for c in sorted(fitting) if fitting[c] == best_score]

@@ -153,7 +153,7 @@ class ProjectedUsageShedder:
         inside the band is never moved for being short of the target inside it."""
         hi, lo = max(loads.values()), min(loads.values())
         mean = sum(loads.values()) / len(loads)
-        overloaded = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        overloaded = config.overloaded_threshold
         above = hi > mean * config.load_balancer_balanced_max_over_mean or hi > overloaded
         return above and hi - lo >= self.min_spread
 
@@ -189,7 +189,7 @@ class ProjectedUsageShedder:
         search = MoveSearch(
             model, spread, ratio, destinations=self.destinations, min_gain=self.min_gain,
             came_from=came_from, moves=moves, band_ratio=band,
-            overloaded=config.load_balancer_broker_overloaded_threshold_percentage / 100.0,
+            overloaded=config.overloaded_threshold,
         )  # fmt: skip
         band_mean = spread.mean
         stop = max(ratio, band - config.load_balancer_shedding_stop_margin)
@@ -253,7 +253,7 @@ class ProjectedUsageShedder:
         if count != 1 or len(cands) != 1:
             return None  # idle, or its only bundle is in its grace period or in flight
         load, mean = search.spread.loads[s], search.spread.mean
-        threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        threshold = config.overloaded_threshold
         if not (load > threshold or load > mean * self.lone_ratio):
             return None
         d = search.lone(s, cands[0], self.lone_margin)

@@ -107,7 +107,7 @@ def test_the_clusters_exercise_ties_overload_and_the_fallbacks() -> None:
     for seed in range(300):
         view, config, todo, excludes = _cluster(seed)
         sel = BrokerSelector(view, config, random.Random(seed), now_ms=10**6)
-        threshold = config.load_balancer_broker_overloaded_threshold_percentage / 100.0
+        threshold = config.overloaded_threshold
         if all(b.report.max_resource_usage() > threshold for b in view.brokers.values()):
             seen["all_overloaded"] += 1
         for bundle, exclude in zip(todo, excludes, strict=True):
