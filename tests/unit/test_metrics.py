@@ -23,8 +23,8 @@ from loadbalance.model import NamespaceBundleStats, ResourceUsage
 from producers.agent import Agent
 from producers.bundle_stats import BundleStatsSnapshot
 from producers.host_usage import HostUsage
-from streaming.decide import StreamMetrics, usage_percents
 from streaming.schema import BROKER, BROKER_GONE, SHARD
+from streaming.stream_metrics import StreamMetrics, usage_percents
 
 
 def _value(name: str, **labels: str) -> float:

@@ -9,9 +9,9 @@ import json
 import numpy as np
 
 from infra import metrics
-from streaming.decide import StreamMetrics
 from streaming.schema import BROKER, OUTPUT_FIELDS, frame
 from streaming.state import with_batch_issues
+from streaming.stream_metrics import StreamMetrics
 
 
 def _doc(n: float, issues: dict[str, int] | None = None) -> bytes:
