@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from infra.client_logging import RepeatFilter
-from streaming.cli import run_with_restarts
+from streaming.query_restarts import run_with_restarts
 from streaming.service_watch import ServiceWatch
 
 FAIL = (

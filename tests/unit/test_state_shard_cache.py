@@ -369,7 +369,7 @@ def test_a_worker_reads_only_the_deltas_it_missed():
 def test_the_refusal_is_the_line_lbctl_stream_logs_for_the_failed_query():
     """Spark wraps a worker's error in the foreachBatch proxy's traceback; the job's one-line
     summary names the worker's own error, the refusal, not the wrapper."""
-    from streaming.cli import failure_summary
+    from streaming.query_restarts import failure_summary
 
     refusal = OlderStateLayout("s:0.3", "410c294d77e646439a819a0eb4606f86:1:3e6bf")
     text = (

@@ -1,6 +1,6 @@
-"""``lbctl stream``'s in-process restart of a failed query (``streaming.cli``): the backoff
-schedule, the one-line failure description, and the restart loop over stand-in queries (plain
-objects with ``awaitTermination`` / ``stop``; the real query is exercised by
+"""``lbctl stream``'s in-process restart of a failed query (``streaming.query_restarts``): the
+backoff schedule, the one-line failure description, and the restart loop over stand-in queries
+(plain objects with ``awaitTermination`` / ``stop``; the real query is exercised by
 ``tests/reliability/test_stream_kafka_outage.py``)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from streaming.cli import (
-    _raise_keyboard_interrupt,
+from streaming.cli import _raise_keyboard_interrupt
+from streaming.query_restarts import (
     describe_failure,
     failure_summary,
     restart_delay,
@@ -105,7 +105,7 @@ class StartError(Failed):
 def test_failed_queries_are_restarted_with_backoff_until_one_ends(caplog):
     sleeps: list[float] = []
     plan = [(Failed("kafka away"), False), (Failed("still away"), False), (None, True)]
-    with caplog.at_level(logging.WARNING, logger="streaming.cli"):
+    with caplog.at_level(logging.WARNING, logger="streaming.query_restarts"):
         status = run_with_restarts(starter(plan, []), restartable=(Failed,), sleep=sleeps.append)
     assert status == 0 and sleeps == [1.0, 2.0] and not plan
     lines = [r.getMessage() for r in caplog.records]
@@ -135,7 +135,7 @@ def test_max_restarts_bounds_the_restarts_and_zero_exits_on_the_first_failure(ca
     )
     assert run == 1 and sleeps == [1.0, 2.0]
     sleeps.clear()
-    with caplog.at_level(logging.ERROR, logger="streaming.cli"):
+    with caplog.at_level(logging.ERROR, logger="streaming.query_restarts"):
         run = run_with_restarts(
             starter(list(plan), []), max_restarts=0, restartable=(Failed,), sleep=sleeps.append
         )
@@ -199,7 +199,7 @@ def test_a_checkpoint_of_an_older_state_layout_is_not_restarted(caplog):
     refusal = Failed(f"Python worker: {OlderStateLayout('s:3', 'shard:v1')}")
     sleeps: list[float] = []
     plan = [(refusal, False), (None, False)]
-    with caplog.at_level(logging.ERROR, logger="streaming.cli"):
+    with caplog.at_level(logging.ERROR, logger="streaming.query_restarts"):
         status = run_with_restarts(starter(plan, []), restartable=(Failed,), sleep=sleeps.append)
     assert status == 1 and sleeps == [] and len(plan) == 1
     (line,) = [r.getMessage() for r in caplog.records]
