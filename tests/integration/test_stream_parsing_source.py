@@ -18,12 +18,8 @@ from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsa
 from loadbalance.report_codec import encode_report
 from loadbalance.view import UsageWeights
 from streaming.job import records_read
-from streaming.kafka_source import (
-    KafkaOffsetRange,
-    KafkaSourceConfig,
-    read_offset_range,
-    read_parsed_offset_range,
-)
+from streaming.kafka_reads import read_offset_range, read_parsed_offset_range
+from streaming.kafka_source import KafkaOffsetRange, KafkaSourceConfig
 from streaming.parse import ParseSettings, parse_batches, parse_records
 from streaming.schema import PARSED_FIELDS, REPORT
 

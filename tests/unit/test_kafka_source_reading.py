@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from streaming import kafka_source
-from streaming.kafka_source import _how_many
+from streaming import kafka_reads
+from streaming.kafka_reads import _how_many
 
 
 def test_asks_for_no_more_than_the_range_holds_nor_the_cap() -> None:
     assert _how_many(remaining=3, room=10**9, read_records=0, read_bytes=0) == 3
-    assert _how_many(10**6, 10**9, 0, 0) == kafka_source._CONSUME_ROWS
+    assert _how_many(10**6, 10**9, 0, 0) == kafka_reads._CONSUME_ROWS
     assert _how_many(0, 10**9, 0, 0) == 1  # never zero: consume() would return at once
 
 

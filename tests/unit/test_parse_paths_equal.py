@@ -1,7 +1,7 @@
 """The two parse paths give the same rows for the same records.
 
 The job parses reports either in ``mapInPandas`` after the source (``parse.parse_batches``, one
-call per Arrow batch) or inside the Kafka source's reading task (``kafka_source.
+call per Arrow batch) or inside the Kafka source's reading task (``kafka_reads.
 read_parsed_offset_range``: records decoded a chunk at a time, each broker's latest document
 chosen over the whole run, then one Arrow batch). The state step must not be able to tell which
 ran, so over many generated runs (good reports of a few brokers at clashing event times, and the
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import weights_from_config
-from streaming import kafka_source, parse
+from streaming import kafka_reads, kafka_source, parse
 from streaming.schema import PARSED_FIELDS, ParsedRow
 from tests.fuzz.corpus import report_cases, valid_report
 
@@ -90,10 +90,10 @@ def _by_source(
                     "timestampType": [0] * len(part_records),
                 }
 
-    monkeypatch.setattr(kafka_source, "_read_columns", chunks)
+    monkeypatch.setattr(kafka_reads, "_read_columns", chunks)
     config = kafka_source.KafkaSourceConfig("unused:9092", (TOPIC,), parse=SETTINGS.to_json())
     part = kafka_source.KafkaOffsetRange(TOPIC, PARTITION, 0, len(records))
-    batches = list(kafka_source.read_parsed_offset_range(config, part))
+    batches = list(kafka_reads.read_parsed_offset_range(config, part))
     return [ParsedRow(**d) for b in batches for d in b.to_pylist()]
 
 
