@@ -29,7 +29,11 @@ adds the cross-checks, and ``per_scenario`` each scenario's moves inside the ban
 and its moves per episode against the optimum at the episode's start (target: at most 1.25
 overall, 1.5 on every scenario). An **episode** is a run of consecutive cycles above the band
 in which ours moved, cycles in which ours waited included (waiting for a second report never
-splits an episode). Snapshots where no reassignment reaches the band (one bundle
+splits an episode), on one fleet: a broker that joins, leaves or crashes ends the episode and
+the next cycle above the band starts another, solved on the new fleet (the optimum at the first
+cycle is of the brokers that cycle had: it never fills a broker that joins later, so an episode
+across a join charged ours with the join's rebalance against an optimum that had none).
+Snapshots where no reassignment reaches the band (one bundle
 alone above it) are counted apart.
 
 Run: ``.venv/bin/python benchmarks/bench_optimum.py [--scenarios a,b] [--seed 0]
@@ -44,6 +48,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -169,6 +174,12 @@ class Row:
     optimum_at_ours_status: str = ""
     pulsar: dict[str, int] = field(default_factory=dict)
     pulsar_after: dict[str, float | None] = field(default_factory=dict)
+    fleet: int = 0  # which brokers the snapshot had (``_fleet``): an episode keeps one fleet
+
+
+def _fleet(snap: Snapshot) -> int:
+    """A stable digest of the snapshot's broker names (the same in every process)."""
+    return zlib.crc32("\n".join(sorted(b.name for b in snap.brokers)).encode())
 
 
 def _after(snap: Snapshot, moves: dict[str, str | None], pools: dict[str, str]) -> float | None:
@@ -216,14 +227,19 @@ def snapshot_rows(name: str, seed: int, time_limit_s: float) -> list[Row]:
     pools = dict(sim.run_data.pools)
     rows: list[Row] = []
     prev = (-2, OPTIMAL)  # the last cycle above the band, and its optimum's status
+    prev_fleet = None
     for cap in sim.captured:
         snap = from_reports(cap.reports, scenario.model.brokers, scenario.model.cost, weights)
         needed = cap.ratio > band
-        starts = needed and (prev[0] != cap.cycle - 1 or prev[1] == INFEASIBLE)
+        fleet = _fleet(snap)
+        starts = needed and (
+            prev[0] != cap.cycle - 1 or prev[1] == INFEASIBLE or fleet != prev_fleet
+        )
+        prev_fleet = fleet
         if needed:
             prev = (cap.cycle, NOT_SOLVED)
         if not cap.moves and not starts:
-            rows.append(_waiting_row(name, cap, snap, needed))
+            rows.append(_waiting_row(name, cap, snap, needed, fleet))
             continue
         plan = pooled_fewest(snap, pools, band, time_limit_s)
         if needed:
@@ -256,18 +272,19 @@ def snapshot_rows(name: str, seed: int, time_limit_s: float) -> list[Row]:
                 pulsar_after={k: _after(snap, v, pools) for k, v in theirs.items()},
                 optimum_at_ours=None if same is None or same.status != OPTIMAL else same.count,
                 optimum_at_ours_status="" if same is None else same.status,
+                fleet=fleet,
             )
         )
     return rows
 
 
-def _waiting_row(name: str, cap: Captured, snap: Snapshot, needed: bool) -> Row:
+def _waiting_row(name: str, cap: Captured, snap: Snapshot, needed: bool, fleet: int) -> Row:
     """A cycle above the band inside an episode in which ours moved nothing (not solved)."""
     return Row(
         scenario=name, cycle=cap.cycle, brokers=len(snap.brokers), bundles=len(snap.bundles),
         ratio=round(cap.ratio, 3), needed=needed, ours=0, ours_after=None, optimum=None,
         optimum_lower=0, status=NOT_SOLVED, solve_s=0.0, optimum_bytes_per_s=0.0,
-        ours_bytes_per_s=0.0,
+        ours_bytes_per_s=0.0, fleet=fleet,
     )  # fmt: skip
 
 
@@ -312,13 +329,18 @@ def _episodes(rows: list[Row]) -> list[list[Row]]:
 
 
 def _runs(rows: list[Row]) -> list[list[Row]]:
-    """Runs of rows in consecutive cycles of one scenario that need balancing."""
+    """Runs of rows in consecutive cycles of one scenario and one fleet that need balancing."""
     out: list[list[Row]] = []
     for r in rows:
         if not r.needed:
             continue
         last = out[-1][-1] if out else None
-        if last is not None and last.scenario == r.scenario and r.cycle == last.cycle + 1:
+        if (
+            last is not None
+            and last.scenario == r.scenario
+            and r.cycle == last.cycle + 1
+            and r.fleet == last.fleet
+        ):
             out[-1].append(r)
         else:
             out.append([r])
