@@ -313,17 +313,7 @@ def _play(
                     _wait_expired(sim, lock, broker, config)
             lc = sim.tick(c)
             recorder.cycle(lc)
-            if opts.cycle_seconds is None:
-                lock.wait(publisher.delivered, FIRST_WAIT_S if c == 0 else STEP_WAIT_S)
-            elif c == 0:
-                # held until the job has read and acted on the first cycle, as ``lbctl run``
-                # holds: else its first batch, while Spark starts, reads ten cycles at once
-                lock.wait(publisher.delivered, FIRST_WAIT_S)
-                next_at = time.monotonic() + opts.cycle_seconds
-                _sleep_until(next_at, alive)
-            else:
-                next_at += opts.cycle_seconds
-                _sleep_until(next_at, alive)
+            next_at = _wait_for_pipeline(c, opts, lock, publisher, next_at, alive)
             recorder.applied(c, outcomes.new())
             walls.append(time.monotonic() - started)
             if c % 10 == 9 or c == cycles - 1:
@@ -336,6 +326,29 @@ def _play(
         publisher.close()
         client.close()
     return recorder, walls
+
+
+def _wait_for_pipeline(
+    c: int,
+    opts: LiveOptions,
+    lock: Lockstep,
+    publisher: TimestampedReportPublisher,
+    next_at: float,
+    alive: Callable[[], None],
+) -> float:
+    """After cycle ``c``'s reports: lockstep waits until the pipeline has acted on them; paced
+    waits for the cycle's wall-time slot, the first cycle once the job has acted on it (as
+    ``lbctl run`` holds: else its first batch, while Spark starts, reads ten cycles at once).
+    The next slot's start."""
+    if opts.cycle_seconds is None:
+        lock.wait(publisher.delivered, FIRST_WAIT_S if c == 0 else STEP_WAIT_S)
+        return next_at
+    if c == 0:
+        lock.wait(publisher.delivered, FIRST_WAIT_S)
+        next_at = time.monotonic()
+    next_at += opts.cycle_seconds
+    _sleep_until(next_at, alive)
+    return next_at
 
 
 def _sleep_until(deadline: float, alive: Callable[[], None]) -> None:

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infra.redis_client import connect
+from loadbalance.bundles import NamespaceBundles
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import MINUTE_MS, CycleState, step, weights_from_config
 from loadbalance.decisions import Decision
@@ -350,17 +351,7 @@ class DecisionStage:
         (see the module docstring). ``batch``: the batch's stats and start time, to report the
         batch once its decisions are out (None when completing one after a restart)."""
         assert self._progress_store is not None and self._view is not None
-        pending = self._progress_store.pending(progress.batch)
-        placed: Mapping[str, Mapping[str, Any]] = {}
-        if pending is None:  # no Redis (MemoryProgress keeps no pending record)
-            namespaces = self._progress_store.read_namespaces()
-            live = None
-        else:
-            # The registry's live brokers when the batch made the cycle due; an empty registry
-            # (agents running without Redis) leaves every reporting broker in. The lookups'
-            # placements their owners had not reported yet are the cycle's preallocations.
-            namespaces, live = pending.namespaces, pending.brokers or None
-            placed = pending.preallocated
+        namespaces, live, placed = self._cycle_inputs(progress.batch)
         phases = _Phases()
         self._view.wait_warm()  # a warm-up still decoding: the cycle's view needs it done
         phases.mark("cycle_warm_wait")
@@ -402,6 +393,20 @@ class DecisionStage:
                 decision_ids=tuple(d.id for d in result.decisions),
             )
             self._finished(stats, started)
+
+    def _cycle_inputs(
+        self, batch_id: int
+    ) -> tuple[dict[str, NamespaceBundles], list[str] | None, Mapping[str, Mapping[str, Any]]]:
+        """What the batch recorded for its cycle before its commit (``P:stream:pending``): the
+        namespaces; the registry's live brokers (None: an empty registry, agents running
+        without Redis, leaves every reporting broker in); and the lookups' placements their
+        owners had not reported yet, the cycle's preallocations. Without Redis
+        (``MemoryProgress`` keeps no record): the namespaces now, no filter, no preallocations."""
+        assert self._progress_store is not None
+        pending = self._progress_store.pending(batch_id)
+        if pending is None:
+            return self._progress_store.read_namespaces(), None, {}
+        return pending.namespaces, pending.brokers or None, pending.preallocated
 
     def _publish(self, batch_id: int, decisions: Iterable[Decision]) -> bool:
         """Publish a cycle's decisions stamped with the decider term, once the lease is renewed
