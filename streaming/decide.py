@@ -67,6 +67,7 @@ from loadbalance.time_average import BundleData
 from loadbalance.view import with_preallocated
 from metadata_store.placement_policies import PlacementPoliciesStore
 from metadata_store.progress import MemoryProgress, Progress, ProgressStore, RedisProgress
+from streaming.batch_stats import BatchStats
 from streaming.decider import Decider
 from streaming.driver_view import DriverView
 from streaming.schema import DEAD
@@ -121,24 +122,6 @@ class _Phases:
         now = time.monotonic()
         self.ms[name] = self.ms.get(name, 0.0) + (now - self._last) * 1000
         self._last = now
-
-
-@dataclass(frozen=True, slots=True)
-class BatchStats:
-    """What one batch did; handed to ``on_batch`` (the benchmark listens there)."""
-
-    batch_id: int
-    input_rows: int
-    dead_letters: int
-    decisions: int
-    duration_ms: float
-    now_ms: int
-    max_event_ms: int
-    skipped: bool = False
-    decision_ids: tuple[str, ...] = ()
-    collect_ms: float = 0.0  # of duration_ms: running the Spark plan (source, parse, state)
-    # of duration_ms: the decision stage's steps (ms), for finding where a batch's time goes
-    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass

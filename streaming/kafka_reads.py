@@ -12,15 +12,44 @@ import time
 import uuid
 from collections.abc import Iterator
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from infra.topics import kafka_client_config
 from streaming import stage_timing
 
-if TYPE_CHECKING:
-    from streaming.kafka_source import KafkaOffsetRange, KafkaSourceConfig
+
+class ReaderConfig(Protocol):
+    """What a reading task needs of the source's ``ReaderConfig`` (named here by shape,
+    so the executor side does not import the driver side)."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def client_config(self) -> dict[str, str]: ...
+    @property
+    def fail_on_data_loss(self) -> bool: ...
+    @property
+    def poll_timeout_s(self) -> float: ...
+    @property
+    def parse(self) -> str | None: ...
+
+
+class OffsetRange(Protocol):
+    """One task's records ``[start, end)`` of one partition (``OffsetRange``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
 
 __all__ = ["read_offset_range", "read_parsed_offset_range"]
 
@@ -39,7 +68,7 @@ at the default 1 MB per partition a reader gets one report per round trip (a thi
 _TIMESTAMP_TYPE = MappingProxyType({0: -1, 1: 0, 2: 1})
 
 
-def _reader_consumer_config(config: KafkaSourceConfig) -> dict[str, Any]:
+def _reader_consumer_config(config: ReaderConfig) -> dict[str, Any]:
     client = kafka_client_config(config.bootstrap_servers, config.client_config)
     client.setdefault("group.id", f"lb-reader-{uuid.uuid4().hex[:12]}")
     client.setdefault("max.partition.fetch.bytes", _FETCH_BYTES)
@@ -55,7 +84,7 @@ def _reader_consumer_config(config: KafkaSourceConfig) -> dict[str, Any]:
     return client
 
 
-def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[Any]:
+def read_offset_range(config: ReaderConfig, part: OffsetRange) -> Iterator[Any]:
     """Executor side: yield Arrow record batches with the records ``[start, end)`` of a partition.
 
     Stops at the first record at or beyond ``end`` or at an end-of-partition event at or beyond
@@ -71,7 +100,7 @@ def read_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iter
 
 
 def _read_columns(
-    config: KafkaSourceConfig, part: KafkaOffsetRange, chunk_bytes: int = _ARROW_BATCH_BYTES
+    config: ReaderConfig, part: OffsetRange, chunk_bytes: int = _ARROW_BATCH_BYTES
 ) -> Iterator[dict[str, list]]:
     """``read_offset_range``'s records as Python lists by column (``_record_schema``'s names;
     ``timestamp`` in microseconds or None), in runs of at most ``_ARROW_BATCH_ROWS`` records or
@@ -138,7 +167,7 @@ def _how_many(remaining: int, room: int, read_records: int, read_bytes: int) -> 
     return want
 
 
-def read_parsed_offset_range(config: KafkaSourceConfig, part: KafkaOffsetRange) -> Iterator[Any]:
+def read_parsed_offset_range(config: ReaderConfig, part: OffsetRange) -> Iterator[Any]:
     """``read_offset_range``, each batch decoded into the parse stage's rows (option
     ``lb.parse``): the same rows ``streaming.parse.parse_batches`` makes of the same records.
 
@@ -196,7 +225,7 @@ order."""
 
 
 def _take(
-    messages: list[Any], part: KafkaOffsetRange, columns: dict[str, list[Any]]
+    messages: list[Any], part: OffsetRange, columns: dict[str, list[Any]]
 ) -> tuple[bool, int | None]:
     """Append the records of ``messages`` inside the range to ``columns``; whether the range is
     read to its end, and the last offset appended (None if none was)."""

@@ -11,17 +11,15 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from infra import metrics
 from loadbalance.cycle import CycleResult
 from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.values import DecisionReason, SkipReason
 from metadata_store.load_snapshot import decode_broker_entry
+from streaming.batch_stats import BatchStats
 from streaming.schema import BROKER, BROKER_GONE, ISSUES_FIELD, ISSUES_MARK
-
-if TYPE_CHECKING:
-    from streaming.decide import BatchStats
 
 __all__ = ["StreamMetrics", "count_report_issues", "usage_percents"]
 
