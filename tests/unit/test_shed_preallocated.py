@@ -17,29 +17,20 @@ from types import MappingProxyType
 
 from loadbalance.bundles import NamespaceBundles
 from loadbalance.config import LoadBalancerConfig
-from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
+from loadbalance.model import NamespaceBundleStats
 from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
 from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
-from loadbalance.time_average import BundleData, TimeAverageBrokerData
+from loadbalance.time_average import BundleData
 from loadbalance.view import BrokerView, ClusterView, InFlightMove
+from tests.unit.test_shed_to_band import _broker as _rated
 
 NOW = 3_600_000
 NAMES = NamespaceBundles.initial("t/ns", 64).bundle_names
 
 
 def _broker(name: str, bundles: list[str]) -> BrokerView:
-    rate = 4000.0 * len(bundles)
-    report = LocalBrokerData(
-        broker=name,
-        cpu=ResourceUsage(rate * 0.01, 800.0),
-        bandwidth_in=ResourceUsage(0.0, 1e6),
-        bandwidth_out=ResourceUsage(0.0, 1e6),
-        msg_rate_in=rate / 2,
-        msg_rate_out=rate / 2,
-        bundles=frozenset(bundles),
-        last_stats={b: NamespaceBundleStats(2000.0, 2000.0, 0.0, 0.0, topics=2) for b in bundles},
-    )
-    return BrokerView(report, 0.0, 0.0, TimeAverageBrokerData(), 0)
+    """A broker serving ``bundles`` at 4,000 msg/s each (0.05 of its usage)."""
+    return _rated(name, dict.fromkeys(bundles, 4000.0))
 
 
 def _sampled(rate: float) -> BundleData:
