@@ -28,11 +28,12 @@ What it mirrors, and where it differs from Pulsar:
   (ProjectedUsageShedder) must also name a broker the bundle's policies allow.
 * Merge (ours, off by default) runs with the split step and never touches a bundle another
   decision of this cycle names.
-* In-flight moves (ours): every unload and transfer a cycle decides stays in the state until the
-  reports show it or ``loadBalancerInFlightMoveTimeoutSeconds`` passed (``loadbalance.in_flight``),
-  and the next cycles' view carries them (``ClusterView.in_flight``), so a strategy that projects
-  usage does not move the same load again while a report lags. Pulsar's strategies read the
-  reports alone, as Pulsar's do.
+* In-flight moves (ours): every unload and transfer a cycle decides (and every split whose
+  children are left free, as an unload of its parent) stays in the state until the reports show
+  it or ``loadBalancerInFlightMoveTimeoutSeconds`` passed (``loadbalance.in_flight``), and the
+  next cycles' view carries them (``ClusterView.in_flight``), so a strategy that projects usage
+  does not move the same load again while a report lags. Pulsar's strategies read the reports
+  alone, as Pulsar's do.
 """
 
 from __future__ import annotations
@@ -179,7 +180,13 @@ def step(
         )  # fmt: skip
     _mark_recent(recent, decisions, now_ms)
     new_state = CycleState(
-        in_flight=record_moves(in_flight, decisions, view, now_ms),
+        in_flight=record_moves(
+            in_flight,
+            decisions,
+            view,
+            now_ms,
+            splits_leave=config.load_balancer_auto_unload_split_bundles_enabled,
+        ),
         last_shedding_ms=last_shed,
         last_split_ms=last_split,
         shedder_state=shedder_state,

@@ -19,6 +19,14 @@ the destination lists it; a side whose broker has left counts as shown), or when
 happened (the controller refused it as stale) or was overtaken (the bundle was split, or a lookup
 placed it elsewhere after an unload). An unload has no destination: only its source side counts.
 
+A **split** whose children are left free (``loadBalancerAutoUnloadSplitBundlesEnabled``, the
+default) takes the parent's load off its owner as an unload does: the children are placed by
+their next lookups (and counted there as preallocations). So it is recorded as an unload of the
+parent, until the owner's report no longer lists it. Without this, a cycle a report interval
+after the split saw the parent still hot on its owner and shed the owner's other bundles for
+load that had already left (paced runs of ``hot_bundle``: 20 moves against the model's 6).
+With the children kept by the owner the load stays, and nothing is recorded.
+
 The live job persists the cycle state between batches (``metadata_store.cycle_state``), so it
 carries the set from one batch to the next; the fast model applies moves before the next
 reports, so there every move retires at the next cycle.
@@ -29,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from loadbalance.decisions import TRANSFER, UNLOAD, Decision
+from loadbalance.decisions import SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.view import ClusterView, InFlightMove
 
 __all__ = ["destination_shows", "record_moves", "retire_moves", "source_shows"]
@@ -69,13 +77,17 @@ def record_moves(
     decisions: Iterable[Decision],
     view: ClusterView,
     now_ms: int,
+    *,
+    splits_leave: bool = False,
 ) -> Mapping[str, InFlightMove]:
     """``in_flight`` with every unload and transfer of ``decisions`` added, each with the
     bundle's rates in its source's report (a bundle the source does not report is skipped:
-    there is nothing to project)."""
+    there is nothing to project); with ``splits_leave`` (split children left free), every
+    split too, as an unload of its parent."""
     out = dict(in_flight)
+    kinds = (TRANSFER, UNLOAD, SPLIT) if splits_leave else (TRANSFER, UNLOAD)
     for d in decisions:
-        if d.kind not in (TRANSFER, UNLOAD) or not d.source_broker:
+        if d.kind not in kinds or not d.source_broker:
             continue
         src = view.brokers.get(d.source_broker)
         stats = None if src is None else src.report.last_stats.get(d.bundle)

@@ -8,10 +8,12 @@ from dataclasses import replace
 
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.cycle import CycleState, step
-from loadbalance.decisions import TRANSFER
+from loadbalance.decisions import SPLIT, TRANSFER
 from loadbalance.in_flight import record_moves, retire_moves
+from loadbalance.snapshot import parse_snapshot
 from loadbalance.strategies.usage_projection import UsageModel, Weights
 from loadbalance.view import ClusterView, InFlightMove
+from tests.unit.test_cycle import EXAMPLE
 from tests.unit.test_sim_strategies import BUNDLES, broker, view_of
 
 MIN = 60_000
@@ -108,3 +110,26 @@ def test_an_unload_counts_on_its_source_only() -> None:
     plain = UsageModel(view, Weights())
     assert model.load("a") < plain.load("a")
     assert model.load("b") == plain.load("b") and model.load("c") == plain.load("c")
+
+
+def test_a_split_whose_children_are_left_free_leaves_its_owner_until_the_report_shows_it() -> None:
+    """With ``loadBalancerAutoUnloadSplitBundlesEnabled`` the children are placed by lookups:
+    the parent's load leaves its owner as an unload's does, and the next cycle must not shed the
+    owner's other bundles for it. Kept by the owner (the knob off), the load stays: nothing is
+    recorded. On the example snapshot, whose hot bundle the cycle splits."""
+    snap = parse_snapshot(EXAMPLE.read_text())
+    config = LoadBalancerConfig(loadBalancerLoadSheddingStrategy="OverloadShedder")
+    state, result = step(CycleState(), snap.view, config, now_ms=snap.now_ms, cycle="c1")
+    split = next(d for d in result.decisions if d.kind == SPLIT)
+    owner = split.source_broker
+    assert state.in_flight[split.bundle].source == owner
+    assert state.in_flight[split.bundle].destination is None
+    stats = snap.view.brokers[owner].report.last_stats[split.bundle]
+    assert state.in_flight[split.bundle].msg_rate == stats.msg_rate
+    model = UsageModel(replace(snap.view, in_flight=state.in_flight), Weights())
+    assert model.load(owner) < UsageModel(snap.view, Weights()).load(owner)
+
+    kept = config.model_copy(update={"load_balancer_auto_unload_split_bundles_enabled": False})
+    state = step(CycleState(), snap.view, kept, now_ms=snap.now_ms, cycle="c1")[0]
+    assert split.bundle not in state.in_flight
+    assert record_moves({}, [split], snap.view, 0) == {}
