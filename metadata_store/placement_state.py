@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from loadbalance.errors import Conflict
-from metadata_store.formats import LEASE_FIELDS
 from metadata_store.keys import Keys
 
 __all__ = ["PlacementChanged", "PlacementRead", "Preallocations"]
@@ -91,29 +90,6 @@ class Preallocations:
             if got
         }
         return PlacementRead(int(version or 0), entries)
-
-    def held(self, brokers: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """These brokers' preallocations whose bundle's lease that broker still holds
-        (broker -> bundle -> document), in two round trips.
-
-        For the policy cycle, which projects them (``UsageModel.project_preallocated``): an entry
-        whose bundle was unloaded, moved or split before its broker reported it is not a load that
-        broker carries. Ended entries are left for placement to delete, which checks the placement
-        version (``forget_unless_changed``); the expiry of a held lease is not judged here (the
-        cycle's clock is the reports' event time, not the leases')."""
-        entries = self.read(brokers).entries
-        wanted = [(b, bundle) for b in sorted(entries) for bundle in sorted(entries[b])]
-        if not wanted:
-            return {}
-        pipe = self._r.pipeline(transaction=False)
-        for _, bundle in wanted:
-            pipe.hget(self._keys.lease(bundle), LEASE_FIELDS[0])
-        holders = pipe.execute(raise_on_error=False)
-        out: dict[str, dict[str, Any]] = {}
-        for (broker, bundle), holder in zip(wanted, holders, strict=True):
-            if isinstance(holder, bytes) and holder.decode() == broker:
-                out.setdefault(broker, {})[bundle] = entries[broker][bundle]
-        return out
 
     def version(self) -> int:
         """Placements recorded so far (0 before the first)."""

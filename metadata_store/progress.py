@@ -80,7 +80,7 @@ class PendingCycle:
     brokers: list[str] | None
     preallocated: dict[str, dict[str, Any]] = field(default_factory=dict)
     """broker -> bundle -> stored document: the lookups' placements its owner had not reported
-    yet, whose lease it still held (``Preallocations.held``)."""
+    yet, whose lease it still held (``RedisProgress.read_preallocated``)."""
 
 
 class ProgressStore(Protocol):
@@ -236,8 +236,27 @@ class RedisProgress:
         return RedisStore(self._r, self._prefix, clock="server").live_brokers(0)
 
     def read_preallocated(self, brokers: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The lookups' placements these brokers have not reported yet and still hold."""
-        return Preallocations(self._r, self._prefix).held(sorted(brokers))
+        """These brokers' preallocations (broker -> bundle -> document) whose bundle's lease the
+        same broker still holds, read as placement reads them (``Preallocations.read``, then
+        ``RedisStore.read_leases``).
+
+        For the policy cycle, which projects them (``UsageModel.project_preallocated``): an entry
+        whose bundle was unloaded, moved or split before its broker reported it is not a load
+        that broker carries. Ended entries are left for placement to delete, which checks the
+        placement version (``forget_unless_changed``); a held lease's expiry is not judged here
+        (the cycle's clock is the reports' event time, not the leases')."""
+        entries = Preallocations(self._r, self._prefix).read(sorted(brokers)).entries
+        bundles = sorted({b for docs in entries.values() for b in docs})
+        if not bundles:
+            return {}
+        leases = RedisStore(self._r, self._prefix, clock="server").read_leases(bundles)
+        out: dict[str, dict[str, Any]] = {}
+        for broker in sorted(entries):
+            for bundle, doc in entries[broker].items():
+                lease = leases.get(bundle)
+                if lease is not None and lease.broker == broker:
+                    out.setdefault(broker, {})[bundle] = doc
+        return out
 
     def commit(
         self,
