@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -411,6 +411,25 @@ def _summing_order(report: LocalBrokerData) -> Iterable[str]:
     if len(stats) == len(bundles) and stats.keys() == bundles:
         return stats.keys()
     return bundles
+
+
+def unreported_preallocations(view: ClusterView) -> Iterator[tuple[str, str, BundleData]]:
+    """(broker, bundle, data) for each preallocation whose broker is in the view and has not
+    reported the bundle yet, brokers in name order, each bundle once (the first broker's).
+
+    Pulsar drops a preallocation once the broker reports the bundle: counted with the report
+    too, its load would count twice. Placement seeds its preallocations from this walk, and our
+    shedder projects the same entries (``UsageModel.project_preallocated``)."""
+    seen: set[str] = set()
+    for name in sorted(view.preallocated):
+        broker = view.brokers.get(name)
+        if broker is None:
+            continue
+        for bundle, data in view.preallocated[name].items():
+            if bundle in broker.report.bundles or bundle in seen:
+                continue
+            seen.add(bundle)
+            yield name, bundle, data
 
 
 def with_preallocated(

@@ -79,7 +79,7 @@ from loadbalance.strategies.least_projected_usage import (
     projected_scores,
 )
 from loadbalance.time_average import BundleData
-from loadbalance.view import ClusterView
+from loadbalance.view import ClusterView, unreported_preallocations
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
@@ -140,15 +140,9 @@ class BrokerSelector:
         self._live: list[str] | None = None
         self._preallocated: dict[str, Preallocations] = {}
         self._bundle_to_broker: dict[str, str] = {}
-        for broker_name in sorted(view.preallocated):
-            broker = view.brokers.get(broker_name)
-            if broker is None:
-                continue
-            for bundle, data in view.preallocated[broker_name].items():
-                if bundle in broker.report.bundles or bundle in self._bundle_to_broker:
-                    continue
-                self._preallocated.setdefault(broker_name, Preallocations())[bundle] = data
-                self._bundle_to_broker[bundle] = broker_name
+        for broker_name, bundle, data in unreported_preallocations(view):
+            self._preallocated.setdefault(broker_name, Preallocations())[bundle] = data
+            self._bundle_to_broker[bundle] = broker_name
         self._ns_counts = NamespaceCounts(view, self._preallocated)
         self._over_topics: set[str] | None = None
         self._order: LeastRateOrder | None = None

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from loadbalance.in_flight import destination_shows, source_shows
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats
 from loadbalance.time_average import BundleData
-from loadbalance.view import ClusterView
+from loadbalance.view import ClusterView, unreported_preallocations
 
 if TYPE_CHECKING:
     from loadbalance.config import LoadBalancerConfig
@@ -239,18 +239,12 @@ class UsageModel:
         that reported since carry their new bundles and those that did not yet look idle; a
         shedder reading that round would move load off the first ones and back. A bundle in
         flight is left to ``_project_in_flight``, and one preallocated twice counts once."""
-        seen: set[str] = set()
-        for broker in sorted(view.preallocated):
-            bv = view.brokers.get(broker)
-            if bv is None or broker not in self.brokers:
-                continue
-            entries = view.preallocated[broker]
-            for bundle in sorted(entries):
-                if bundle in bv.report.bundles or bundle in view.in_flight or bundle in seen:
-                    continue
-                seen.add(bundle)
-                self.add(broker, estimate(bundle, entries[bundle]))
-        return len(seen)
+        n = 0
+        for broker, bundle, data in unreported_preallocations(view):
+            if broker in self.brokers and bundle not in view.in_flight:
+                self.add(broker, estimate(bundle, data))
+                n += 1
+        return n
 
     def load(self, broker: str) -> float:
         return self.brokers[broker].load(self.weights)
