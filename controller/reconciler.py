@@ -42,11 +42,13 @@ from controller.apply import (
 )
 from controller.events import ASSIGNED, MERGED, RELEASED, TRANSFERRED, OwnershipEvent
 from controller.events import SPLIT as SPLIT_EVENT
+from controller.placement import bundle_data_doc
 from controller.recovery import AutoRecovery, RecoveryReport, recovery_events, summary
 from controller.sweep import SweepState, sweep_and_reassign
 from loadbalance.bundles import format_range, parse_bundle
 from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
+from loadbalance.transfer_preallocation import preallocation_of
 from metadata_store.decider_lease import DeciderLease
 from metadata_store.leases import Lease
 from metadata_store.ownership_redis import RedisStore
@@ -187,9 +189,20 @@ def apply_with_events(
             store.outbox.put(d.id, before)
     outcome = apply_decision(store, d, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms, **knobs)
     if outcome.outcome == APPLIED or (saved is not None and _effect_holds(store, outcome)):
+        preallocate_transfer(store, d)
         kept = bool(knobs.get("keep_split_children"))
         return outcome, decision_events(store, d, before, now_ms, kept_children=kept)
     return outcome, []
+
+
+def preallocate_transfer(store: RedisStore, d: Decision) -> None:
+    """Record an applied transfer's bundle as a preallocation of its destination, when the
+    decision carries the bundle's averages (``loadbalance.transfer_preallocation``): the next
+    lookups count it there until the destination reports it. Written after the transfer, not in
+    its script: a crash between the two loses only this hint, and the lease is what matters."""
+    data = preallocation_of(d)
+    if data is not None and d.destination_broker:
+        store.preallocations.record(d.destination_broker, d.bundle, bundle_data_doc(data))
 
 
 def clear_outbox(store: RedisStore, decision_id: str) -> None:

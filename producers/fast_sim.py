@@ -50,6 +50,7 @@ from loadbalance.cycle import CycleState, cycle_rng, ingest_kwargs, step, weight
 from loadbalance.decisions import MERGE, SPLIT, TRANSFER, UNLOAD, Decision
 from loadbalance.model import LocalBrokerData
 from loadbalance.placement.pipeline import BrokerSelector
+from loadbalance.transfer_preallocation import preallocation_of
 from loadbalance.view import (
     ClusterView,
     LoadState,
@@ -359,6 +360,7 @@ class FastSim:
         if d.kind == TRANSFER and before is not None:
             dest = d.destination_broker or ""
             self._record_move(cycle, d.bundle, before.broker, dest, TRANSFER)
+            self._preallocate_transfer(d)
         elif d.kind == UNLOAD and before is not None:
             self._unloaded_from[d.bundle] = before.broker
         elif d.kind == SPLIT:
@@ -368,6 +370,18 @@ class FastSim:
             self.load = forget_bundles(self.load, [d.bundle, d.merge_bundle or ""])
             run.merges += 1
         return outcome
+
+    def _preallocate_transfer(self, d: Decision) -> None:
+        """Count an applied transfer's bundle on its destination for the next lookups, as the
+        controller records it (``loadbalance.transfer_preallocation``): until the destination
+        reports it, the lookups' view would show that broker without it."""
+        data = preallocation_of(d)
+        dest = d.destination_broker
+        if data is None or dest is None:
+            return
+        pre = {broker: dict(m) for broker, m in self.preallocated.items()}
+        pre.setdefault(dest, {})[d.bundle] = data
+        self.preallocated = pre
 
     # --- the loop ------------------------------------------------------------------------------
 

@@ -71,6 +71,8 @@ from loadbalance.strategies.move_search import MoveSearch, Spread
 from loadbalance.strategies.policy_moves import PolicyMoves, restricts_moves
 from loadbalance.strategies.shed_candidates import Candidate, Candidates, movable
 from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
+from loadbalance.time_average import BundleData
+from loadbalance.transfer_preallocation import preallocation_inputs
 from loadbalance.values import DecisionReason, SkipReason
 from loadbalance.view import ClusterView
 
@@ -230,6 +232,7 @@ class ProjectedUsageShedder:
                     config=config,
                     cycle=cycle,
                     now_ms=now_ms,
+                    data=view.bundle_data.get(pick.bundle),
                 )
             )
             came_from[pick.bundle] = s
@@ -271,10 +274,13 @@ class ProjectedUsageShedder:
         config: LoadBalancerConfig,
         cycle: str,
         now_ms: int,
+        data: BundleData | None = None,
     ) -> Decision:
         """The decision for moving ``pick`` from ``s`` to ``d``, with the pair's loads before and
         projected after the move ((source, destination)) as its inputs; ``Overloaded`` when the
-        source was above the band, else ``Underloaded`` (the move fills an idle broker)."""
+        source was above the band, else ``Underloaded`` (the move fills an idle broker). A
+        transfer also carries the bundle's averages ``data``, which the controller records as a
+        preallocation of ``d`` (``loadbalance.transfer_preallocation``)."""
         transfer = config.load_balancer_transfer_enabled
         before_s, before_d = loads_before
         after_s, after_d = loads_after
@@ -291,6 +297,8 @@ class ProjectedUsageShedder:
             "projectedDestinationLoad": round(after_d, 4),
             "bundleMsgRate": round(pick.load.msg_rate_per_s, 3),
         }
+        if transfer and data is not None:
+            inputs.update(preallocation_inputs(data))
         return make_decision(
             cycle=cycle,
             kind=TRANSFER if transfer else UNLOAD,
