@@ -79,3 +79,45 @@ def test_a_refused_record_leaves_only_its_broker_out() -> None:
     data = got["b1"][bundle]
     assert isinstance(data, BundleData) and data.short_term.msg_rate_in == 30.0
     assert MemoryProgress().read_preallocated(["b1"]) == {}
+
+
+def test_an_applied_transfer_of_ours_preallocates_its_bundle_on_the_destination(
+    fresh_redis: redis.Redis,
+) -> None:
+    """The controller's apply path records the averages a transfer carries as a preallocation
+    of the destination, which the next cycle's pending record reads (the destination holds the
+    lease); a transfer without them (Pulsar's shedders) records nothing."""
+    from controller.placement import bundle_data_doc
+    from controller.reconciler import apply_with_events
+    from loadbalance.decisions import TRANSFER, make_decision
+    from loadbalance.time_average import TimeAverageMessageData
+    from loadbalance.transfer_preallocation import preallocation_inputs
+
+    store = RedisStore(fresh_redis, "lb", clock="server")
+    store.create_namespace(NS, 4)
+    ours, theirs, *_ = NamespaceBundles.initial(NS, 4).bundle_names
+    for broker in ("b1", "b2"):
+        store.register_broker(broker, 0, 60_000)
+    store.acquire(ours, "b1", 0, 60_000)
+    store.acquire(theirs, "b1", 0, 60_000)
+    data = BundleData(
+        TimeAverageMessageData(10, 4, 1500.0, 2500.0, 15.5, 25.25),
+        TimeAverageMessageData(1000, 4, 1400.0, 2400.0, 14.0, 24.0),
+        topics=7,
+    )
+
+    def transfer(bundle: str, inputs: dict) -> None:
+        d = make_decision(
+            cycle="9", kind=TRANSFER, bundle=bundle, source_broker="b1",
+            destination_broker="b2", inputs=inputs,
+        )  # fmt: skip
+        outcome, _ = apply_with_events(store, d, now_ms=1000, lease_ttl_ms=60_000)
+        assert outcome.outcome == "applied"
+
+    transfer(ours, {"sourceLoad": 0.9, **preallocation_inputs(data)})
+    transfer(theirs, {"sourceLoad": 0.9})
+    assert store.preallocations.of("b2") == {ours: bundle_data_doc(data)}
+    assert store.preallocations.of("b1") == {}
+    assert RedisProgress(fresh_redis, "lb").read_preallocated(["b1", "b2"]) == {
+        "b2": {ours: bundle_data_doc(data)}
+    }
