@@ -8,6 +8,11 @@ A preallocation is written by the script that takes the bundle's lease
 version; so no reader can see the lease without the preallocation, and a placement that read
 the preallocations at version ``v`` can check, in the script that would record it, that no
 other placement was recorded since (``PlacementChanged`` otherwise: read again, choose again).
+The controller also records one for the destination of a transfer that carries its bundle's
+averages (``record``, after the transfer; ``loadbalance.transfer_preallocation``). It does not
+bump the version: a placement that read before it only counts the destination as the reports
+show it, as before the transfer, and a burst of transfers does not turn concurrent lookups
+into retries.
 
 A preallocation ends once the broker it was made for reports the bundle, as Pulsar's
 ``updateBundleData`` drops it, or once that broker no longer holds the bundle's lease (unloaded
@@ -96,8 +101,8 @@ class Preallocations:
         return int(self._r.get(self._keys.placement_version()) or 0)
 
     def record(self, broker: str, bundle: str, doc: Mapping[str, Any]) -> None:
-        """Write one preallocation outside a placement (tools and tests; placements write
-        theirs with the lease, ``RedisStore.acquire_placed``)."""
+        """Write one preallocation outside a placement (a transfer's destination, tools and
+        tests; placements write theirs with the lease, ``RedisStore.acquire_placed``)."""
         self._r.hset(self._keys.prealloc(broker), bundle, json.dumps(doc))
 
     def forget(self, broker: str, bundles: Iterable[str]) -> int:
