@@ -88,8 +88,13 @@ def preallocation_of(d: Decision) -> BundleData | None:
     return BundleData(terms[0], terms[1], int(topics))
 
 
+_LARGEST = 1e15
+"""Above any real bundle's rate (msg/s), throughput (bytes/s) or topic count: a larger figure is
+damage, and summed into a broker's pending load it could reach infinity."""
+
+
 def _number(inputs: Mapping[str, Scalar], key: str) -> float | None:
     v = inputs.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return float(v) if math.isfinite(v) and v >= 0 else None
+    return float(v) if math.isfinite(v) and 0 <= v <= _LARGEST else None

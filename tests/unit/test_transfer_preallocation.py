@@ -58,7 +58,7 @@ def test_decisions_without_the_averages_preallocate_nothing() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [-1.0, math.nan, math.inf, "12", True, None],
+    [-1.0, math.nan, math.inf, 1e300, "12", True, None],
 )
 def test_a_damaged_figure_records_nothing(bad: object) -> None:
     for key in PREALLOCATION_KEYS:
