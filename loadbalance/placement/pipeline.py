@@ -287,7 +287,13 @@ class BrokerSelector:
         return candidates or isolated
 
     def _record(self, bundle: str, chosen: str, data: BundleData) -> str:
-        """Preallocate ``bundle`` on ``chosen`` so that the next ``select`` counts it."""
+        """Preallocate ``bundle`` on ``chosen`` so that the next ``select`` counts it; under
+        our strategy a never-sampled bundle at the estimate it was placed with
+        (``LoadIndex.placed_data``), which every later reader counts the same."""
+        if type(self._strategy) is LeastProjectedUsage and data.short_term.num_samples <= 0:
+            if self._index is None:
+                self._index = LoadIndex(self._view)
+            data = self._index.placed_data(bundle, data)
         pre = self._preallocated.get(chosen)
         if pre is None:  # (not ``setdefault``: it would build a new one for every placement)
             pre = self._preallocated[chosen] = Preallocations()

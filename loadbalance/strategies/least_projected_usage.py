@@ -41,7 +41,12 @@ from loadbalance.errors import InvalidBundle
 from loadbalance.model import NamespaceBundleStats
 from loadbalance.placement.base import Preallocations
 from loadbalance.strategies.usage_projection import BrokerUsage, BundleLoad, UsageModel, Weights
-from loadbalance.time_average import BundleData
+from loadbalance.time_average import (
+    NUM_LONG_SAMPLES,
+    NUM_SHORT_SAMPLES,
+    BundleData,
+    TimeAverageMessageData,
+)
 from loadbalance.view import ClusterView
 
 if TYPE_CHECKING:
@@ -118,6 +123,33 @@ class LoadIndex:
         if cached is None:
             cached = self._cache[bundle] = self._inherited(bundle, data)
         return cached
+
+    def placed_data(self, bundle: str, data: BundleData) -> BundleData:
+        """The averages a preallocation records for ``bundle`` placed with this estimate:
+        ``data`` itself once sampled or when no ancestor is known, else one sample of the
+        inherited load (all of its messages counted as in, which ``BundleLoad.of_data`` reads
+        back to the same load).
+
+        Why: a preallocation is read again without this index, by the policy cycle's projection,
+        whose view no longer holds a split parent (its namespace's boundaries no longer contain
+        it) once the parent has left the reports; a child recorded at Pulsar's defaults counted
+        there as almost nothing until its new owner reported it, and a cycle filled its broker
+        with transfers (paced ``hot_bundle``)."""
+        if data.short_term.num_samples > 0:
+            return data
+        load = self.estimate(bundle, data)
+        if load == BundleLoad.of_data(data):
+            return data
+        rate, thr_in, thr_out = (
+            load.msg_rate_per_s,
+            load.throughput_in_bytes_per_s,
+            load.throughput_out_bytes_per_s,
+        )
+        return BundleData(
+            TimeAverageMessageData(NUM_SHORT_SAMPLES, 1, thr_in, thr_out, rate, 0.0),
+            TimeAverageMessageData(NUM_LONG_SAMPLES, 1, thr_in, thr_out, rate, 0.0),
+            data.topics,
+        )
 
     def _inherited(self, bundle: str, data: BundleData) -> BundleLoad:
         r = _parse(bundle)
