@@ -173,3 +173,37 @@ def test_a_bundle_with_samples_and_one_nothing_contains_keep_their_own_data() ->
     unknown = NamespaceBundles.initial("t/other", 2).bundle_names[0]
     default = BundleData.new()
     assert index.estimate(unknown, default).msg_rate_per_s == default.short_term.msg_rate
+
+
+def test_a_placed_child_is_preallocated_at_the_estimate_it_was_placed_with() -> None:
+    """The policy cycle reads a preallocation without the split parent (its view has dropped
+    it): the entry itself must carry the child's share, which reads back to the same load."""
+    from loadbalance.strategies.usage_projection import BundleLoad
+    from loadbalance.view import with_preallocated
+
+    view = placement_view(72.0)
+    sel = BrokerSelector(view, _config(), random.Random(7), LeastProjectedUsage())
+    broker = sel.select(LOW)
+    assert broker is not None
+    data = sel.preallocated[broker][LOW]
+    estimate = LoadIndex(view).estimate(LOW, BundleData.new())
+    assert BundleLoad.of_data(data) == estimate
+    assert estimate.msg_rate_per_s == pytest.approx(6_000.0, rel=1e-6)
+    # a view without the parent (as the cycle's) counts the entry at that load, not 50 msg/s
+    no_parent = placement_view(72.0)
+    no_parent = with_preallocated(
+        type(no_parent)(no_parent.brokers, {}, no_parent.namespaces), {broker: {LOW: data}}
+    )
+    assert LoadIndex(no_parent).estimate(LOW, data) == estimate
+
+
+def test_pulsar_placements_and_bundles_without_an_ancestor_record_their_own_data() -> None:
+    view = placement_view(72.0)
+    pulsar = _config(placement_strategy_name="LeastLongTermMessageRate")
+    sel = BrokerSelector(view, pulsar, random.Random(7))
+    broker = sel.select(LOW)
+    assert broker is not None and sel.preallocated[broker][LOW] == view.bundle(LOW)
+    ours = BrokerSelector(view, _config(), random.Random(7), LeastProjectedUsage())
+    other = OTHER[0]
+    broker = ours.select(other)
+    assert broker is not None and ours.preallocated[broker][other] == view.bundle(other)
