@@ -379,8 +379,8 @@ class FastSim:
         dest = d.destination_broker
         if data is None or dest is None:
             return
-        pre = {broker: dict(m) for broker, m in self.preallocated.items()}
-        pre.setdefault(dest, {})[d.bundle] = data
+        pre = dict(self.preallocated)
+        pre[dest] = {**pre.get(dest, {}), d.bundle: data}
         self.preallocated = pre
 
     # --- the loop ------------------------------------------------------------------------------
