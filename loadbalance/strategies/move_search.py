@@ -18,8 +18,12 @@ broker less usage than a weak one):
    cheaper bundle; a move that leaves its destination within the target before one that pushes
    it over (that broker would have to be shed in turn, a second move for the same load).
 
-A move must lower the higher load of its pair and must not raise the cluster's max/mean (work
-moved to a stronger broker costs less usage there, so the mean falls with it); it must not take
+A move must lower the higher load of its pair and must not leave either broker of the pair above
+the cluster's max/mean before it (work moved to a stronger broker costs less usage there, so the
+mean falls with it). Another broker's max/mean may rise as the mean falls: a busy broker beside
+the source is the plan's next source, and judging each move by it would stop the plan after
+the first move off two near-equal hot brokers; the plan's end mean is judged instead (below).
+It must not take
 its destination above the balance band (``band_ratio`` x the mean after the move): that broker
 would then have to shed in turn, and the bundle just moved sits in its grace period there, so a
 destination filled with moved bundles can stay above the band for the whole period, every cycle
@@ -28,6 +32,11 @@ the source is overloaded and the destination stays under the overload threshold 
 broker never waits for a move that keeps every broker inside the band);
 a bundle is never sent back to the broker a move of ours took it from (ping-pong), and under
 placement policies only to a broker its policies allow (``PolicyMoves``).
+
+The band and the target are taken on the lower of the mean after the move and ``mean_cap``, the
+mean the plan's previous pass ended at (``ProjectedUsageShedder``: a plan that moves load onto
+strong brokers ends at a lower mean than it starts from, and a broker filled to the band on the
+starting mean is above it on the end mean).
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from dataclasses import dataclass
 
 from loadbalance.strategies.policy_moves import PolicyMoves
 from loadbalance.strategies.shed_candidates import WINDOW, Candidate, Candidates
-from loadbalance.strategies.usage_projection import UsageModel
+from loadbalance.strategies.usage_projection import BundleLoad, UsageModel
 
 __all__ = ["MoveSearch", "Spread"]
 
@@ -93,8 +102,9 @@ class MoveSearch:
         self.overloaded = overloaded
         self.destinations, self.min_gain = destinations, min_gain
         self.came_from, self.moves = came_from, moves
-        self._top: list[tuple[float, str]] = []
+        self.mean_cap: float | None = None
         self._ratio = 0.0
+        self._off: dict[str, tuple[BundleLoad, float]] = {}
 
     def best(self, s: str, cands: Candidates) -> tuple[Candidate, str] | None:
         """The best (bundle, destination) off ``s``, or ``None`` when no move lowers it."""
@@ -103,8 +113,8 @@ class MoveSearch:
         best: tuple[Candidate, str] | None = None
         best_key: tuple | None = None
         loads = self.spread.loads
-        self._top = sorted(((v, b) for b, v in loads.items()), reverse=True)[:3]
-        self._ratio = self._top[0][0] / self.spread.mean if self.spread.mean > 0 else 0.0
+        self._ratio = max(loads.values()) / self.spread.mean if self.spread.mean > 0 else 0.0
+        self._off = {}
         for d in self._destinations(s):
             for c in self._window(s, d, cands):
                 key = self._key(s, d, c)
@@ -131,7 +141,7 @@ class MoveSearch:
         take = model.load_if_added(d, probe) - loads[d]
         if shed <= 0 or take <= 0:
             return cands.window(len(cands) - 2 * WINDOW, len(cands))
-        target = self.spread.mean * self.target_ratio
+        target = self.judged(self.spread.mean) * self.target_ratio
         need = max(loads[s] - target, 0.0) / shed * probe.work
         room = max(target - loads[d], 0.0) / take * probe.work
         if need <= room:
@@ -153,16 +163,16 @@ class MoveSearch:
         move is not allowed or does not lower the pair's higher load."""
         if self.came_from.get(c.bundle) == d:
             return None
-        load_s = self.model.load_if_removed(s, c.load)
-        load_d = self.model.load_if_added(d, c.load)
+        load, load_s = self._taken_off(s, c)
+        load_d = self.model.load_if_added(d, load)
         if max(load_s, load_d) >= self.spread.loads[s] - self.min_gain:
             return None
         mean, squares = self.spread.after(s, load_s, d, load_d)
-        rest = next((v for v, b in self._top if b != s and b != d), 0.0)
-        if mean <= 0 or max(load_s, load_d, rest) / mean > self._ratio:
-            return None  # the cluster's max/mean would rise (the mean falls on a strong broker)
+        if mean <= 0 or max(load_s, load_d) / mean > self._ratio:
+            return None  # the pair would end above the cluster's max/mean before the move
         if self.moves is not None and not self.moves.allows(c.bundle, s, d):
             return None
+        mean = self.judged(mean)
         if (
             self.band_ratio is not None
             and load_d > mean * self.band_ratio
@@ -181,6 +191,21 @@ class MoveSearch:
             return (0, 0.0, cost, squares, c.bundle, d)
         over = 1 if load_d <= target else 2  # a destination pushed over must be shed in turn
         return (over, excess, squares, cost, c.bundle, d)
+
+    def _taken_off(self, s: str, c: Candidate) -> tuple[BundleLoad, float]:
+        """``c``'s load and ``s``'s load without it, once per candidate in one ``best``
+        (every destination judges the same candidates)."""
+        got = self._off.get(c.bundle)
+        if got is None:
+            load = c.load
+            got = self._off[c.bundle] = (load, self.model.load_if_removed(s, load))
+        return got
+
+    def judged(self, mean: float) -> float:
+        """The mean the band and the target are taken on: the cluster's, or the plan's
+        projected end mean (``mean_cap``) when that is lower (see ``ProjectedUsageShedder``)."""
+        cap = self.mean_cap
+        return mean if cap is None or cap >= mean else cap
 
     def lone(self, s: str, c: Candidate, margin: float) -> str | None:
         """Where a broker's only bundle would sit lowest, if that is at least ``margin`` below

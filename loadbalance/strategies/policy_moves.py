@@ -21,6 +21,7 @@ anti-affinity group, the destination is also allowed on the ownership the plan l
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -90,6 +91,13 @@ class PolicyMoves:
 
         allowed = self._filter.allowed(bundle, self._brokers, count=count)
         return destination in allowed.brokers
+
+    def fork(self) -> PolicyMoves:
+        """A copy whose recorded moves leave this one as it is (a trial plan's); the caches,
+        functions of the view alone, are shared."""
+        other = copy.copy(self)
+        other._delta = Counter(self._delta)
+        return other
 
     def moved(self, bundle: str, source: str, destination: str) -> None:
         """Record a planned move, so later checks of this plan see it."""

@@ -71,6 +71,10 @@ class Candidates:
         stats_of = self._stats_of
         return [Candidate(w, b, stats_of(b)) for w, b in self._keys[start:stop]]
 
+    def copy(self) -> Candidates:
+        """A copy to remove picks from while this one keeps them (a trial plan's)."""
+        return Candidates(list(self._keys), self._stats_of)
+
     def first_at_least(self, work: float) -> int:
         """``bisect_left`` of ``work`` over the candidates' work."""
         return bisect.bisect_left(self._keys, (work,))

@@ -246,6 +246,12 @@ class UsageModel:
                 n += 1
         return n
 
+    def fork(self) -> UsageModel:
+        """A copy whose planned moves leave this one as it is (a trial plan's)."""
+        other = object.__new__(UsageModel)
+        other.weights, other.brokers = self.weights, dict(self.brokers)
+        return other
+
     def load(self, broker: str) -> float:
         return self.brokers[broker].load(self.weights)
 
