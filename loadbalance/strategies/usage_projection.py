@@ -218,6 +218,7 @@ class UsageModel:
                 r.direct_memory.percent_usage(),
                 k,
             )
+        self.placed: dict[str, list[BundleLoad]] = {}  # broker -> preallocations projected
         self._project_in_flight(view)
 
     def _project_in_flight(self, view: ClusterView) -> None:
@@ -242,7 +243,9 @@ class UsageModel:
         n = 0
         for broker, bundle, data in unreported_preallocations(view):
             if broker in self.brokers and bundle not in view.in_flight:
-                self.add(broker, estimate(bundle, data))
+                load = estimate(bundle, data)
+                self.add(broker, load)
+                self.placed.setdefault(broker, []).append(load)
                 n += 1
         return n
 
@@ -250,6 +253,7 @@ class UsageModel:
         """A copy whose planned moves leave this one as it is (a trial plan's)."""
         other = object.__new__(UsageModel)
         other.weights, other.brokers = self.weights, dict(self.brokers)
+        other.placed = self.placed
         return other
 
     def load(self, broker: str) -> float:

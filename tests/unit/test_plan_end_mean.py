@@ -67,7 +67,9 @@ def test_a_plan_replanned_on_its_end_mean_balances_in_fewer_moves(
     assert len(replanned.decisions) < len(once.decisions)
 
 
-def test_where_one_pass_balances_more_passes_plan_the_same_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_where_one_pass_balances_more_passes_plan_the_same_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Where one pass already balances, the extra passes change nothing: the plan with more
     passes allowed is the same plan."""
     view = view_of(

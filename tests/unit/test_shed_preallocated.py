@@ -90,3 +90,33 @@ def test_a_preallocation_counts_on_its_broker_once() -> None:
     assert model2.project_preallocated(view2, est) == 3
     # a: its own four, plus the bundle in flight to it; c: its two and one preallocation
     assert [round(model2.load(n), 6) for n in "ac"] == [0.25, 0.15]
+
+
+def _placed_hot(extra_own: int) -> ClusterView:
+    """``a``, ``b``, ``c`` and ``d`` each report four bundles (0.20); a lookup placed a hot
+    bundle (20,000 msg/s, 0.25) on ``d`` that ``d`` has not reported yet, and ``d`` reports
+    ``extra_own`` more bundles of its own."""
+    own = {n: list(NAMES[i * 8 : i * 8 + 4]) for i, n in enumerate("abcd")}
+    own["d"] += list(NAMES[60 : 60 + extra_own])
+    brokers = {n: _broker(n, own[n]) for n in "abcd"}
+    pre = {"d": {NAMES[40]: _sampled(20_000.0)}}
+    return ClusterView(
+        brokers=MappingProxyType(brokers), bundle_data={}, preallocated=MappingProxyType(pre)
+    )
+
+
+def test_a_broker_hot_only_by_a_placed_bundle_waits_for_its_report() -> None:
+    """With the placed bundle ``d`` is at 0.45 against a mean of 0.26: far above the band, but
+    only by a bundle counted at an estimate (a split's child is often split again at its first
+    report). Its other bundles stay where they are until ``d`` reports it."""
+    res = _shed(_placed_hot(0))
+    assert res.decisions == ()
+
+
+def test_a_broker_above_the_band_without_its_placed_bundle_is_still_shed() -> None:
+    """``d`` with four more bundles of its own (0.40 reported, 0.65 projected) is above the band
+    with or without the placed bundle: it is shed at once, the placed bundle left in place."""
+    res = _shed(_placed_hot(4))
+    assert res.decisions
+    assert {d.source_broker for d in res.decisions} == {"d"}
+    assert NAMES[40] not in {d.bundle for d in res.decisions}
