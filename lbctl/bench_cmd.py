@@ -31,7 +31,9 @@ JSON, Markdown and PNG results are written to --out. With --live, every scenario
 the real pipeline (embedded Kafka and Redis, the Spark job, the controller) under one pair,
 beside the fast run of the same scenario, seed and pair; the side-by-side table is written to
 OUT/live.md and OUT/live.json. A live run takes minutes per scenario (one Spark micro-batch per
-cycle); progress goes to stderr.
+cycle); progress goes to stderr. --report-lag-cycles 1 plays the fast model with reports a cycle
+behind the decisions, as a paced live run (--cycle-seconds 2) sees them: the same figures in
+seconds.
 """
 
 
@@ -62,6 +64,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cycles", type=int, default=None, help="cycles per run (default: scenario's)"
     )
     bal.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    bal.add_argument(
+        "--report-lag-cycles",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fast runs: brokers report the ownership of N cycles ago, as a paced live run's "
+        "reports lag its decisions (default 0: every move shows in the next reports)",
+    )
     bal.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output dir ({DEFAULT_OUT})")
     bal.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     bal.add_argument("--json", action="store_true", help="print the JSON document, not a table")
@@ -115,6 +125,10 @@ def _check(args: argparse.Namespace, pairs: list[str], scenarios: list[str]) -> 
         return f"--set expects KNOB=VALUE, got {bad}"
     if args.cycles is not None and args.cycles <= 0:
         return "--cycles must be > 0"
+    if args.report_lag_cycles < 0:
+        return "--report-lag-cycles must be >= 0"
+    if args.live and args.report_lag_cycles:
+        return "--report-lag-cycles plays the fast model only; a live run's reports lag as they do"
     return None
 
 
@@ -130,12 +144,18 @@ def run_bench_balance(args: argparse.Namespace) -> int:
         return _run_live(args, scenarios, pairs[0])
     t0 = time.perf_counter()
     scores = scoreboard.run_scoreboard(
-        scenarios, pairs, seed=args.seed, cycles=args.cycles, workers=args.workers
+        scenarios,
+        pairs,
+        seed=args.seed,
+        cycles=args.cycles,
+        workers=args.workers,
+        report_lag_cycles=args.report_lag_cycles,
     )
     elapsed_s = time.perf_counter() - t0
     meta = {
         "seed": args.seed,
         "cycles": args.cycles,
+        "reportLagCycles": args.report_lag_cycles,
         "scenarios": scenarios,
         "pairs": {p: scoreboard.PAIRS[p].label for p in pairs},
         "elapsed_s": round(elapsed_s, 2),

@@ -469,7 +469,11 @@ def simulate(
     seed: int = 0,
     cycles: int | None = None,
     keep_reports: bool = False,
+    report_lag_cycles: int = 0,
 ) -> SimRun:
     """Run one scenario in fast mode under the defaults plus ``overrides``."""
-    sim = FastSim(scenario, make_config(scenario, overrides), seed=seed, keep_reports=keep_reports)
+    sim = FastSim(
+        scenario, make_config(scenario, overrides), seed=seed, keep_reports=keep_reports,
+        report_lag_cycles=report_lag_cycles,
+    )  # fmt: skip
     return sim.run(cycles)

@@ -387,11 +387,16 @@ def failure_text(scores: Sequence[Score]) -> str:
     return "\n".join(f"FAILED {name} / {pair}: {why}" for name, pair, why in rows)
 
 
-def run_one(scenario_name: str, pair_key: str, seed: int, cycles: int | None) -> Score:
+def run_one(
+    scenario_name: str, pair_key: str, seed: int, cycles: int | None, report_lag_cycles: int = 0
+) -> Score:
     """One (scenario, pair) run; a module-level function so a process pool can call it."""
     scenario = load_scenario(scenario_name, seed)
     pair = PAIRS[pair_key]
-    run = simulate(scenario, pair.overrides, seed=seed, cycles=cycles, keep_reports=True)
+    run = simulate(
+        scenario, pair.overrides, seed=seed, cycles=cycles, keep_reports=True,
+        report_lag_cycles=report_lag_cycles,
+    )  # fmt: skip
     return score_run(run, pair, scenario.kinds, tick_seconds=scenario.tick_ms / 1000.0)
 
 
@@ -402,13 +407,16 @@ def run_scoreboard(
     seed: int = 0,
     cycles: int | None = None,
     workers: int = 2,
+    report_lag_cycles: int = 0,
 ) -> list[Score]:
-    """Every scenario under every pair; rows in (scenario, pair) order."""
+    """Every scenario under every pair; rows in (scenario, pair) order (``report_lag_cycles``:
+    brokers report the ownership of that many cycles ago, ``FastSim``)."""
     jobs = [(s, p) for s in scenarios for p in pairs]
+    lag = report_lag_cycles
     if workers <= 1 or len(jobs) <= 1:
-        return [run_one(s, p, seed, cycles) for s, p in jobs]
+        return [run_one(s, p, seed, cycles, lag) for s, p in jobs]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_one, s, p, seed, cycles) for s, p in jobs]
+        futures = [pool.submit(run_one, s, p, seed, cycles, lag) for s, p in jobs]
         return [f.result() for f in futures]
 
 

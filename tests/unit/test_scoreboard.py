@@ -174,3 +174,24 @@ def test_cli_simulate_fast_prints_a_line_per_cycle(capsys) -> None:
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert out.count("cycle ") == 3 and "cycles to balance" in out
+
+
+def test_bench_balance_plays_reports_a_cycle_late_when_asked(tmp_path: Path, capsys) -> None:
+    """``--report-lag-cycles 1``: brokers report the ownership of the cycle before, as a paced
+    live run's reports lag its decisions; each split of ``hot_bundle``'s chain then waits a
+    cycle more for its children's first report, so the run balances later than with prompt
+    reports, and the JSON says which lag it played."""
+    from lbctl.main import main
+
+    runs = {}
+    for lag in (0, 1):
+        argv = ["bench", "balance", "--scenarios", "hot_bundle", "--pairs", "ours", "--json"]
+        argv += ["--workers", "1", "--out", str(tmp_path / str(lag))]
+        argv += ["--report-lag-cycles", str(lag)]
+        assert main(argv) == 0
+        runs[lag] = json.loads(capsys.readouterr().out)
+    assert [runs[lag]["meta"]["reportLagCycles"] for lag in (0, 1)] == [0, 1]
+    prompt, late = runs[0]["rows"][0], runs[1]["rows"][0]
+    assert late["balanced_after"] > prompt["balanced_after"]
+    assert main(["bench", "balance", "--live", "--report-lag-cycles", "1"]) == 2
+    assert "fast model only" in capsys.readouterr().err
