@@ -48,7 +48,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from infra import jars
-from infra.process import StartStop, free_port, log_tail, port_accepts, spawn, terminate
+from infra.process import StartStop, free_ports, log_tail, port_accepts, spawn, terminate
 
 __all__ = ["KafkaCluster", "KafkaNode", "KafkaSecurity", "KafkaStartError", "java_binary"]
 
@@ -359,12 +359,13 @@ class KafkaCluster(StartStop):
         self.client_config = dict(client_config or {})
         self.start_timeout_s = start_timeout_s
         self.heap = heap
+        ports = free_ports(2 * size)  # distinct: nodes' ports are bound only when they start
         self.nodes = [
             KafkaNode(
                 i + 1,
                 self.log_dir / f"kafka-{i + 1}",
-                port=free_port(),
-                controller_port=free_port(),
+                port=ports[2 * i],
+                controller_port=ports[2 * i + 1],
                 die_with_parent=die_with_parent,
             )
             for i in range(size)

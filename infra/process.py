@@ -42,6 +42,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback TCP ports that were free a moment ago.
+
+    Why not ``free_port()`` n times: each socket is closed before the next is bound, so the
+    kernel may hand the same port out twice, and two servers told the same port collide (a
+    Spark master whose web UI got its RPC port answered HTTP polls with RPC frames). The
+    sockets here stay bound until all n are picked."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def port_accepts(host: str, port: int, timeout_s: float = 0.2) -> bool:
     """True when something accepts TCP connections on ``host:port``."""
     try:

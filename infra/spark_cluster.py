@@ -36,7 +36,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from infra.process import StartStop, free_port, log_tail, pid_alive, spawn, terminate
+from infra.process import (
+    StartStop,
+    free_port,
+    free_ports,
+    log_tail,
+    pid_alive,
+    spawn,
+    terminate,
+)
 
 __all__ = ["SparkClusterError", "StandaloneCluster", "spark_home"]
 
@@ -214,7 +222,7 @@ class StandaloneCluster(StartStop):
 
     def _start_master(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._port, self._ui_port = free_port(), free_port()
+        self._port, self._ui_port = free_ports(2)
         argv = [MASTER_CLASS, "--host", HOST, "--port", str(self._port)]
         argv += ["--webui-port", str(self._ui_port)]
         self._master = self._spawn("master", argv, self._daemon_env({}))

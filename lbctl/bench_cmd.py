@@ -75,6 +75,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bal.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output dir ({DEFAULT_OUT})")
     bal.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     bal.add_argument("--json", action="store_true", help="print the JSON document, not a table")
+    _add_live_arguments(bal)
+    bal.set_defaults(func=run_bench_balance)
+
+
+def _add_live_arguments(bal: argparse.ArgumentParser) -> None:
+    """The options of ``--live`` runs, in a group of their own in ``--help``."""
     live = bal.add_argument_group("live runs (--live)")
     live.add_argument(
         "--live",
@@ -102,7 +108,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KNOB=VALUE",
         help="a load-balancer knob for the job, the controller and the lookups (repeatable)",
     )
-    bal.set_defaults(func=run_bench_balance)
 
 
 def _check(args: argparse.Namespace, pairs: list[str], scenarios: list[str]) -> str | None:
