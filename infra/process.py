@@ -37,9 +37,7 @@ def free_port() -> int:
     The kernel picks it (bind to port 0), so two parallel test sessions do not collide; the small
     race until the server binds it is handled by callers retrying on a new port.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list[int]:

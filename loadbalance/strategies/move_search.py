@@ -96,13 +96,14 @@ class MoveSearch:
         moves: PolicyMoves | None = None,
         band_ratio: float | None = None,
         overloaded: float | None = None,
+        mean_cap: float | None = None,
     ) -> None:
         self.model, self.spread, self.target_ratio = model, spread, target_ratio
         self.band_ratio = band_ratio
         self.overloaded = overloaded
         self.destinations, self.min_gain = destinations, min_gain
         self.came_from, self.moves = came_from, moves
-        self.mean_cap: float | None = None
+        self.mean_cap = mean_cap
         self._ratio = 0.0
         self._off: dict[str, tuple[BundleLoad, float]] = {}
 

@@ -78,7 +78,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from loadbalance.decisions import TRANSFER, UNLOAD, Decision, PolicyResult, Skip, make_decision
-from loadbalance.model import NamespaceBundleStats
 from loadbalance.strategies.least_projected_usage import LoadIndex
 from loadbalance.strategies.move_search import MoveSearch, Spread
 from loadbalance.strategies.policy_moves import PolicyMoves, restricts_moves
@@ -199,6 +198,10 @@ class ProjectedUsageShedder:
         ``loads``, ``came_from`` and ``moves`` follow its moves."""
         band = config.load_balancer_balanced_max_over_mean
         start_mean = sum(loads.values()) / len(loads)
+        high = start_mean * self.target_ratio(config)
+        waiting = frozenset(
+            _splitting_excess(view, model, high, now_ms) | _placed_excess(model, high)
+        )
         sources: dict[str, Candidates] = {}
         best: _Trial | None = None
         cap: float | None = None
@@ -208,7 +211,7 @@ class ProjectedUsageShedder:
             )
             self._plan_pass(
                 view, config, trial, sources, mean_cap=cap, now_ms=now_ms, cycle=cycle,
-                budget=budget, band_mean=start_mean,
+                budget=budget, band_mean=start_mean, waiting=waiting,
             )  # fmt: skip
             if best is None or trial.score(band) < best.score(band):
                 best = trial
@@ -241,12 +244,15 @@ class ProjectedUsageShedder:
         cycle: str,
         budget: int,
         band_mean: float,
+        waiting: frozenset[str],
     ) -> None:
         """Moves off the busiest broker above the target, one at a time on the projected loads,
         until no broker is above it, no move helps, or ``budget`` moves are planned; the
         trial's loads, ``came_from`` and policy moves follow each move, so the next is chosen
         on the plan so far. The band and the target are taken on the lower of the cluster's
-        mean and ``mean_cap``; ``sources`` caches each source's movable bundles across passes."""
+        mean and ``mean_cap``; ``sources`` caches each source's movable bundles across passes;
+        ``waiting`` brokers are never sources (their excess is leaving with a split or is
+        placed bundles not reported yet)."""
         model, loads, came_from = trial.model, trial.loads, trial.came_from
         spread = Spread(loads)
         ratio = self.target_ratio(config)
@@ -254,13 +260,11 @@ class ProjectedUsageShedder:
         search = MoveSearch(
             model, spread, ratio, destinations=self.destinations, min_gain=self.min_gain,
             came_from=came_from, moves=trial.moves, band_ratio=band,
-            overloaded=config.overloaded_threshold,
+            overloaded=config.overloaded_threshold, mean_cap=mean_cap,
         )  # fmt: skip
-        search.mean_cap = mean_cap
         stop = max(ratio, band - config.load_balancer_shedding_stop_margin)
         counts = {b: len(view.brokers[b].report.bundles) for b in loads}
-        stuck = _splitting_excess(view, model, band_mean * ratio, now_ms)
-        stuck |= _placed_excess(model, band_mean * ratio)
+        stuck = set(waiting)
         acting: set[str] = set()
         out = trial.decisions
         while len(out) < budget:
@@ -442,18 +446,7 @@ def _placed_excess(model: UsageModel, high: float) -> set[str]:
     the next report corrects. Where reports follow ownership within the cycle (the fast model)
     nothing placed is unreported; where they lag a cycle (a paced live run), this kept our pair
     from moving 21 bundles around two hot children on ``hot_bundle``."""
-    out: set[str] = set()
-    for name, loads in sorted(model.placed.items()):
-        if model.load(name) <= high:
-            continue
-        gone = BundleLoad(
-            sum(b.msg_rate_per_s for b in loads),
-            sum(b.throughput_in_bytes_per_s for b in loads),
-            sum(b.throughput_out_bytes_per_s for b in loads),
-        )
-        if model.load_if_removed(name, gone) <= high:
-            out.add(name)
-    return out
+    return _excess_only(model, model.placed, high)
 
 
 def _splitting_excess(view: ClusterView, model: UsageModel, high: float, now_ms: int) -> set[str]:
@@ -463,22 +456,31 @@ def _splitting_excess(view: ClusterView, model: UsageModel, high: float, now_ms:
     carries that time, since this cycle's own moves are recorded after shedding. Their load
     leaves with the split (its children are placed afresh), so shedding the broker's other
     bundles would move load that is not in excess."""
-    leaving: dict[str, list[NamespaceBundleStats]] = {}
+    leaving: dict[str, list[BundleLoad]] = {}
     for bundle, t in view.recently_unloaded.items():
         if t < now_ms:
             continue
         for name, b in view.brokers.items():
             st = b.report.last_stats.get(bundle)
             if st is not None:
-                leaving.setdefault(name, []).append(st)
+                leaving.setdefault(name, []).append(BundleLoad.of_stats(st))
                 break
+    return _excess_only(model, leaving, high)
+
+
+def _excess_only(
+    model: UsageModel, leaving: Mapping[str, list[BundleLoad]], high: float
+) -> set[str]:
+    """The brokers above ``high`` that would be at or under it without their ``leaving`` loads."""
     out: set[str] = set()
-    for name, stats in sorted(leaving.items()):
+    for name, loads in sorted(leaving.items()):
+        if model.load(name) <= high:
+            continue
         gone = BundleLoad(
-            sum(st.msg_rate for st in stats),
-            sum(st.msg_throughput_in for st in stats),
-            sum(st.msg_throughput_out for st in stats),
+            sum(b.msg_rate_per_s for b in loads),
+            sum(b.throughput_in_bytes_per_s for b in loads),
+            sum(b.throughput_out_bytes_per_s for b in loads),
         )
-        if model.load(name) > high and model.load_if_removed(name, gone) <= high:
+        if model.load_if_removed(name, gone) <= high:
             out.add(name)
     return out
