@@ -54,22 +54,64 @@ class StoreState:
         return lease[0] if lease and lease[2] > now_ms else None
 
 
+# One atomic read of every key the checks judge (a sweep or a placement running beside the
+# check must not show a lease in one read and its owned set in another).
+# KEYS: namespaces set, fence; ARGV: ns key prefix, lease key prefix, owned key prefix
+# -> {fence, {ns, boundaries, version, ...}, {lease key, broker, token, expires, ...},
+#     {owned key, {members}, ...}}
+_READ_STATE_LUA = """
+local nss = {}
+for _, ns in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local v = redis.call('HMGET', ARGV[1] .. ns, 'boundaries', 'version')
+  nss[#nss + 1] = ns
+  nss[#nss + 1] = v[1] or ''
+  nss[#nss + 1] = v[2] or '0'
+end
+local leases = {}
+for _, key in ipairs(redis.call('KEYS', ARGV[2] .. '*')) do
+  local v = redis.call('HMGET', key, 'broker', 'token', 'expires')
+  leases[#leases + 1] = key
+  leases[#leases + 1] = v[1] or ''
+  leases[#leases + 1] = v[2] or '0'
+  leases[#leases + 1] = v[3] or '0'
+end
+local owned = {}
+for _, key in ipairs(redis.call('KEYS', ARGV[3] .. '*')) do
+  owned[#owned + 1] = key
+  owned[#owned + 1] = redis.call('SMEMBERS', key)
+end
+return {redis.call('GET', KEYS[2]) or '0', nss, leases, owned}
+"""
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 def read_state(r: redis.Redis, prefix: str) -> StoreState:
+    """Every namespace, lease and owned set, read in one Lua call: one instant of the store."""
     s = StoreState()
     keys = Keys(prefix)
-    for raw in r.smembers(keys.namespaces()):
-        ns = raw.decode()
-        doc = r.hgetall(keys.ns(ns))
-        s.boundaries[ns] = [int(x, 16) for x in doc[b"boundaries"].decode().split(",")]
-        s.versions[ns] = int(doc[b"version"])
     lease_prefix, owned_prefix = keys.lease_prefix(), keys.owned("")
-    for key in r.scan_iter(match=lease_prefix + "*", count=1000):
-        doc = r.hgetall(key)
-        bundle = key.decode()[len(lease_prefix) :]
-        s.leases[bundle] = (doc[b"broker"].decode(), int(doc[b"token"]), int(doc[b"expires"]))
-    for key in r.scan_iter(match=owned_prefix + "*", count=1000):
-        s.owned[key.decode()[len(owned_prefix) :]] = {m.decode() for m in r.smembers(key)}
-    s.fence = int(r.get(keys.fence()) or 0)
+    fence, nss, leases, owned = r.eval(
+        _READ_STATE_LUA,
+        2,
+        keys.namespaces(),
+        keys.fence(),
+        keys.ns(""),
+        lease_prefix,
+        owned_prefix,
+    )
+    for i in range(0, len(nss), 3):
+        ns = _text(nss[i])
+        s.boundaries[ns] = [int(x, 16) for x in _text(nss[i + 1]).split(",")]
+        s.versions[ns] = int(nss[i + 2])
+    for i in range(0, len(leases), 4):
+        bundle = _text(leases[i])[len(lease_prefix) :]
+        s.leases[bundle] = (_text(leases[i + 1]), int(leases[i + 2]), int(leases[i + 3]))
+    for i in range(0, len(owned), 2):
+        s.owned[_text(owned[i])[len(owned_prefix) :]] = {_text(m) for m in owned[i + 1]}
+    s.fence = int(fence)
     return s
 
 

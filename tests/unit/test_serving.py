@@ -99,6 +99,23 @@ def test_overlapping_ranges_served_at_once_by_two_brokers_are_a_violation() -> N
     ]  # b1's PARENT [9, 12] and b2's LEFT from 10.5
 
 
+def test_a_handover_milliseconds_apart_on_one_clock_is_no_overlap_but_a_microsecond_is() -> None:
+    # a simulated broker stops and acknowledges at once; the next holder starts 1.5 ms later
+    # (the chaos soak's case: one host, one CLOCK_MONOTONIC, readings kept at full precision)
+    stop, start = 66874.2265, 66874.2280
+    handover = [_iv("b3", PARENT, 66870.228, stop), _iv("b0", LEFT, start, 66879.222)]
+    assert check_serving(handover, {"b3": EXACT, "b0": EXACT}) == []
+    # 1 ms of allowance on each side turns that same handover into a (false) overlap
+    loose = ClockBound.skewed(0.0, 1.0, uncertainty=0.001)
+    assert [v.kind for v in check_serving(handover, {"b3": loose, "b0": loose})] == [
+        "real_time_overlap"
+    ]
+    late = [_iv("b3", PARENT, 66870.228, start + 1e-6), handover[1]]
+    assert [v.kind for v in check_serving(late, {"b3": EXACT, "b0": EXACT})] == [
+        "real_time_overlap"
+    ]
+
+
 def test_skewed_clocks_are_mapped_back_and_widened_by_their_bounds() -> None:
     # b1 reads 1000 s ahead and runs 1% fast; b2 reads 50 s behind at the right rate
     b1 = ClockBound.skewed(1000.0, 1.01)
