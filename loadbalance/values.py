@@ -94,6 +94,10 @@ class SkipReason(StrEnum):
     """``shouldNamespacePoliciesUnload`` refused: no other broker its isolation policy allows."""
     ANTI_AFFINITY = "AntiAffinity"
     """``shouldAntiAffinityNamespaceUnload`` refused: moving it cannot spread its group."""
+    NO_MOVE_HELPS = "NoMoveHelps"
+    """Ours (ProjectedUsageShedder): a broker above the band from which no move helps: its
+    bundles are in their grace period or in flight, or each would take its destination above
+    the band."""
 
 
 __all__ = ["DecisionKind", "DecisionReason", "OutcomeKind", "SkipReason", "StrEnum"]

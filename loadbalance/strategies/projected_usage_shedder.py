@@ -147,6 +147,7 @@ class ProjectedUsageShedder:
         budget = cap if cap > 0 else max(10, 2 * len(loads))
         out: list[Decision] = []
         quiet: list[str] = []
+        held: list[Skip] = []
         for pool in pools:
             pool_loads = {b: loads[b] for b in pool}
             if len(pool) < 2 or len(out) >= budget:
@@ -154,12 +155,16 @@ class ProjectedUsageShedder:
             if not self._triggered(pool_loads, config):
                 quiet.append(self._balanced_detail(pool_loads))
                 continue
-            out += self._plan(
+            planned, left = self._plan(
                 view, config, model, pool_loads, came_from,
                 now_ms=now_ms, cycle=cycle, moves=moves, budget=budget - len(out),
             )  # fmt: skip
+            out += planned
+            held += left
         new_state = ProjectedShedderState(MappingProxyType(came_from))
-        skips = () if out else (Skip(self.name, SkipReason.BALANCED, detail="; ".join(quiet)),)
+        skips: tuple[Skip, ...] = tuple(held)
+        if not out and not held:
+            skips = (Skip(self.name, SkipReason.BALANCED, detail="; ".join(quiet)),)
         return new_state, PolicyResult(tuple(out), skips)
 
     def _triggered(self, loads: Mapping[str, float], config: LoadBalancerConfig) -> bool:
@@ -192,10 +197,11 @@ class ProjectedUsageShedder:
         cycle: str,
         moves: PolicyMoves | None,
         budget: int,
-    ) -> list[Decision]:
+    ) -> tuple[list[Decision], list[Skip]]:
         """The plan for one pool, in up to ``PLAN_PASSES`` trial passes (see the module
         docstring's "the mean at the end of the plan"); the best pass is kept: ``model``,
-        ``loads``, ``came_from`` and ``moves`` follow its moves."""
+        ``loads``, ``came_from`` and ``moves`` follow its moves. Also a skip for each broker
+        the plan leaves above the band (``_left_above``)."""
         band = config.load_balancer_balanced_max_over_mean
         start_mean = sum(loads.values()) / len(loads)
         high = start_mean * self.target_ratio(config)
@@ -230,7 +236,30 @@ class ProjectedUsageShedder:
         if moves is not None:
             for bundle, s, d in best.picks:
                 moves.moved(bundle, s, d)
-        return best.decisions
+        return best.decisions, self._left_above(view, best, band, waiting)
+
+    def _left_above(
+        self, view: ClusterView, trial: _Trial, band: float, waiting: frozenset[str]
+    ) -> list[Skip]:
+        """Why each broker a plan leaves above the band stays there, for the operator: a
+        cluster left at 1.2 x mean must not read as ``Balanced``. A broker this plan moved
+        bundles onto past the band (a relief) is there knowingly and not listed."""
+        mean = trial.mean()
+        placed = {d for _b, _s, d in trial.picks}
+        out: list[Skip] = []
+        for b, load in sorted(trial.loads.items()):
+            if mean <= 0 or load <= mean * band or b in placed:
+                continue
+            ratio = f"{load / mean:.2f} x mean: "
+            bundles = view.brokers[b].report.bundles
+            if b in waiting:
+                reason, bundle, why = SkipReason.OUT_DATED_DATA, None, _WAITS
+            elif len(bundles) == 1:
+                reason, bundle, why = SkipReason.HIGH_USAGE_SINGLE_BUNDLE, min(bundles), _LONE
+            else:
+                reason, bundle, why = SkipReason.NO_MOVE_HELPS, None, _NO_MOVE
+            out.append(Skip(self.name, reason, b, bundle, ratio + why))
+        return out
 
     def _plan_pass(
         self,
@@ -386,6 +415,17 @@ bundles) is planned once and stays inside the cycle's time (``benchmarks/bench_c
 _FALLING = 1.0 - 1e-3
 """A pass whose end mean is not below the mean it was planned on by this factor ends the
 passes: planning again on the same mean would plan the same moves."""
+
+
+_WAITS = (
+    "its excess is a split leaving or bundles placed on it that it has not reported yet; "
+    "it waits for that report"
+)
+_LONE = "its only bundle; no broker would host it far enough below to be worth the move"
+_NO_MOVE = (
+    "its bundles are in their grace period or in flight, or each would take its destination "
+    "above the band"
+)
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from loadbalance.decisions import TRANSFER
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
 from loadbalance.time_average import TimeAverageBrokerData
+from loadbalance.values import SkipReason
 from loadbalance.view import BrokerView, ClusterView
 from producers.fast_sim import HELD_MS, FastSim, make_config
 from producers.scenarios import parse_scenario
@@ -85,6 +86,28 @@ def test_a_lone_bundle_stays_when_no_broker_hosts_it_clearly_lower() -> None:
     59 % + its share there too, so moving it would only move the hot spot."""
     res = _shed(_view(NIC_1G_KBYTES))
     assert HOT not in {d.bundle for d in res.decisions}
+    # the operator is told why the cluster stays above the band, not that it is balanced
+    (skip,) = [s for s in res.skips if s.broker == "weak"]
+    assert (skip.reason, skip.bundle) == (SkipReason.HIGH_USAGE_SINGLE_BUNDLE, HOT)
+    assert "x mean: its only bundle" in skip.detail
+    assert SkipReason.BALANCED not in {s.reason for s in res.skips}
+
+
+def test_a_broker_left_above_the_band_with_nothing_movable_is_named() -> None:
+    """Two bundles of the hot broker in their grace period: no move is allowed off it, and the
+    skip names the broker and why instead of calling the cluster balanced."""
+    view = _view(25 * NIC_1G_KBYTES)
+    second = "t/hot2/0x00000000_0xffffffff"
+    weak = _broker("weak", 16, NIC_1G_KBYTES, {HOT: (6_000.0, 36 * MB), second: (6_000.0, 36 * MB)})
+    brokers = {**view.brokers, "weak": weak}
+    view = ClusterView(
+        brokers=brokers, bundle_data={}, recently_unloaded={HOT: -1_000, second: -1_000}
+    )
+    res = _shed(view)
+    assert res.decisions == ()
+    (skip,) = res.skips
+    assert (skip.reason, skip.broker) == (SkipReason.NO_MOVE_HELPS, "weak")
+    assert "grace period" in skip.detail
 
 
 def _scenario() -> Any:

@@ -64,6 +64,7 @@ WIRE_TEXTS: dict[type[StrEnum], tuple[str, ...]] = {
         "NamespaceMinimumBundles",
         "NamespacePolicies",
         "AntiAffinity",
+        "NoMoveHelps",
     ),
     RowKind: ("samples", "report", "dead", "shard", "shard_delta", "broker", "broker_gone"),
 }
