@@ -95,9 +95,8 @@ class SkipReason(StrEnum):
     ANTI_AFFINITY = "AntiAffinity"
     """``shouldAntiAffinityNamespaceUnload`` refused: moving it cannot spread its group."""
     NO_MOVE_HELPS = "NoMoveHelps"
-    """Ours (ProjectedUsageShedder): a broker above the band from which no move helps: its
-    bundles are in their grace period or in flight, or each would take its destination above
-    the band."""
+    """Ours (ProjectedUsageShedder): a broker above the band from which every move would take
+    its destination above the band."""
 
 
 __all__ = ["DecisionKind", "DecisionReason", "OutcomeKind", "SkipReason", "StrEnum"]

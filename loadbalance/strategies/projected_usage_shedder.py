@@ -254,6 +254,8 @@ class ProjectedUsageShedder:
             bundles = view.brokers[b].report.bundles
             if b in waiting:
                 reason, bundle, why = SkipReason.OUT_DATED_DATA, None, _WAITS
+            elif all(x in view.recently_unloaded or x in view.in_flight for x in bundles):
+                reason, bundle, why = SkipReason.COOL_DOWN, None, _COOLING
             elif len(bundles) == 1:
                 reason, bundle, why = SkipReason.HIGH_USAGE_SINGLE_BUNDLE, min(bundles), _LONE
             else:
@@ -422,10 +424,11 @@ _WAITS = (
     "it waits for that report"
 )
 _LONE = "its only bundle; no broker would host it far enough below to be worth the move"
-_NO_MOVE = (
-    "its bundles are in their grace period or in flight, or each would take its destination "
-    "above the band"
+_COOLING = (
+    "every bundle on it is in its grace period (loadBalancerSheddingGracePeriodMinutes) or in "
+    "flight"
 )
+_NO_MOVE = "each move off it would take its destination above the band"
 
 
 @dataclass(slots=True)

@@ -106,7 +106,7 @@ def test_a_broker_left_above_the_band_with_nothing_movable_is_named() -> None:
     res = _shed(view)
     assert res.decisions == ()
     (skip,) = res.skips
-    assert (skip.reason, skip.broker) == (SkipReason.NO_MOVE_HELPS, "weak")
+    assert (skip.reason, skip.broker) == (SkipReason.COOL_DOWN, "weak")
     assert "grace period" in skip.detail
 
 
@@ -177,3 +177,19 @@ def test_the_lone_hot_bundle_moves_once_and_never_comes_back() -> None:
     assert sim.owners[heavy] == hops[0].destination
     assert not any(m.oscillation for m in run.moves)
     assert max(run.usage[-1].values()) < first - 0.10
+
+
+def test_a_broker_no_move_can_bring_down_is_named() -> None:
+    """The weak broker's two halves of the heavy traffic on 1 Gbps brokers everywhere: each half
+    would take any other broker above the band, so no move is made, and the skip says so."""
+    halves = {f"t/half-{i}/0x00000000_0xffffffff": (6_000.0, 36 * MB) for i in range(2)}
+    view = _view(NIC_1G_KBYTES)
+    view = ClusterView(
+        brokers={**view.brokers, "weak": _broker("weak", 16, NIC_1G_KBYTES, halves)},
+        bundle_data={},
+    )
+    res = _shed(view)
+    assert res.decisions == ()
+    (skip,) = res.skips
+    assert (skip.reason, skip.broker) == (SkipReason.NO_MOVE_HELPS, "weak")
+    assert skip.detail.startswith("1.39 x mean: each move off it")
