@@ -607,6 +607,11 @@ def start_processes(args: argparse.Namespace, config: Any, sets: list[str], sup:
     where = ["--bootstrap-servers", bs, "--redis-url", url]
     checkpoint = ["--checkpoint", str(sup.run_dir / "checkpoint")]
     trigger = ["--trigger-seconds", str(args.trigger_seconds), "--source", args.source]
+    for flag, value in (
+        ("--shuffle-partitions", args.shuffle_partitions),
+        ("--shards", args.shards),
+    ):
+        trigger += [flag, str(value)] if value is not None else []
     sup.start(
         "stream",
         lbctl_argv("stream", *where, *checkpoint, *trigger, *common),
@@ -774,6 +779,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hot-pct", type=float, default=95.0, help="target usage in a trial")
     ap.add_argument("--hot-bundles", type=int, default=2, help="hot bundles per trial")
     ap.add_argument("--trigger-seconds", type=float, default=0.5)
+    ap.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=None,
+        help="the job's state partitions (lbctl stream --shuffle-partitions; default: its own)",
+    )
+    ap.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="the job's bundle state shards (lbctl stream --shards; default: its own)",
+    )
     ap.add_argument(
         "--source",
         default="kafka",
