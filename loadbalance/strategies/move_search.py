@@ -41,7 +41,7 @@ starting mean is above it on the end mean).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from loadbalance.strategies.policy_moves import PolicyMoves
@@ -219,3 +219,110 @@ class MoveSearch:
             if projected < best_load and (self.moves is None or self.moves.allows(c.bundle, s, d)):
                 best, best_load = d, projected
         return best
+
+    def lone_moves(
+        self, s: str, c: Candidate, cands_of: Callable[[str], Candidates]
+    ) -> list[tuple[Candidate, str, str]] | None:
+        """The moves that take ``s``'s only bundle ``c`` away when ``s`` is above the band and
+        ``lone`` found no broker far enough below, as ``(bundle, source, destination)``.
+
+        Among the ``destinations`` brokers ``c`` would sit lowest on: the move alone when it
+        leaves the whole cluster inside the band, else with one move off its destination
+        (to ``s``, now empty, or another of the least loaded) that does, the fewest moves
+        first, then the lower max/mean; else the move alone to the broker ``c`` sits lowest on
+        among those it leaves inside the band (the plan sheds what the emptied ``s`` lowered
+        the mean under); ``None`` when there is none.
+
+        Why a second move: a hot bundle on a weak broker is a small share of a strong one, but
+        emptying the weak broker lowers the cluster's mean, and the brokers near it end above
+        the band; one bundle of the strong broker's sent back to the weak one (a swap) raises the
+        mean again, where a bundle off each of them would take a move apiece. Between equal
+        brokers none of this applies: ``c`` alone puts any of them where it puts ``s``."""
+        band = self.band_ratio
+        if band is None:
+            return None
+        model, loads = self.model, self.spread.loads
+        ranked = sorted(
+            (model.load_if_added(d, c.load), d)
+            for d in loads
+            if d != s
+            and self.came_from.get(c.bundle) != d
+            and (self.moves is None or self.moves.allows(c.bundle, s, d))
+        )
+        load_s = model.load_if_removed(s, c.load)
+        best: tuple[tuple[int, float], list[tuple[Candidate, str, str]]] | None = None
+        for projected, d in ranked[: self.destinations]:
+            ratio = self._ratio_with({s: load_s, d: projected})
+            if ratio <= band:
+                key, moves = (1, ratio), [(c, s, d)]
+            else:
+                second = self._refill(s, c, d, cands_of(d), band)
+                if second is None:
+                    continue
+                key, moves = (2, second[2]), [(c, s, d), (second[0], d, second[1])]
+            if best is None or key < best[0]:
+                best = (key, moves)
+        if best is not None:
+            return best[1]
+        for projected, d in ranked:
+            mean, _ = self.spread.after(s, load_s, d, projected)
+            if projected <= self.judged(mean) * band and projected < loads[s] - self.min_gain:
+                return [(c, s, d)]
+        return None
+
+    def _ratio_with(self, changed: Mapping[str, float]) -> float:
+        """The cluster's max/mean on the judged mean once the ``changed`` brokers carry the given
+        loads (O(brokers): only for the rare lone-bundle moves)."""
+        loads = self.spread.loads
+        total = self.spread.total + sum(v - loads[b] for b, v in changed.items())
+        mean = self.judged(total / len(loads))
+        top = max(
+            max((v for b, v in loads.items() if b not in changed), default=0.0),
+            max(changed.values()),
+        )
+        return top / mean if mean > 0 else float("inf")
+
+    def _refill(
+        self, s: str, c: Candidate, d: str, cands: Candidates, band: float
+    ) -> tuple[Candidate, str, float] | None:
+        """The move off ``d`` (bundle, destination, the cluster's max/mean after) that, once
+        ``c`` moved from ``s`` to ``d``, leaves the whole cluster lowest and inside the band;
+        ``None`` when none does. Judged over the candidates around the work that fills ``s`` to
+        the mean (all when few), to ``s`` and ``d``'s other least loaded brokers; the plan's
+        state is as it was after."""
+        model, loads = self.model, self.spread.loads
+        if not cands:
+            return None
+        saved = (model.brokers[s], model.brokers[d], loads[s], loads[d])
+        model.remove(s, c.load)
+        model.add(d, c.load)
+        loads[s], loads[d] = model.load(s), model.load(d)
+        self.spread.refresh()
+        try:
+            best: tuple[float, Candidate, str] | None = None
+            for x in self._fill_window(s, cands):
+                load_d = model.load_if_removed(d, x.load)
+                for e in self._destinations(d):
+                    if self.came_from.get(x.bundle) == e or (
+                        self.moves is not None and not self.moves.allows(x.bundle, d, e)
+                    ):
+                        continue
+                    ratio = self._ratio_with({d: load_d, e: model.load_if_added(e, x.load)})
+                    if ratio <= band and (best is None or ratio < best[0]):
+                        best = (ratio, x, e)
+            return None if best is None else (best[1], best[2], best[0])
+        finally:
+            model.brokers[s], model.brokers[d], loads[s], loads[d] = saved
+            self.spread.refresh()
+
+    def _fill_window(self, s: str, cands: Candidates) -> list[Candidate]:
+        """The candidates around the work that would fill ``s`` to the mean (all when few)."""
+        if len(cands) <= 3 * WINDOW:
+            return list(cands)
+        probe = cands[len(cands) // 2].load
+        take = self.model.load_if_added(s, probe) - self.spread.loads[s]
+        if take <= 0:
+            return cands.window(0, 2 * WINDOW)
+        need = max(self.spread.mean - self.spread.loads[s], 0.0) / take * probe.work
+        i = cands.first_at_least(need)
+        return cands.window(max(0, i - WINDOW), i + WINDOW)

@@ -66,13 +66,20 @@ broker pins it far above the others for good. Here a broker whose **only** bundl
 overloaded or far above the mean (``lone_ratio`` x mean) gives that bundle up when some other
 broker would host it at a projected load at least ``lone_margin`` below the source's current load
 (to the broker with the lowest such projection, not necessarily the idlest: the idlest may be
-another weak one). Moving a lone bundle between equal brokers never clears the margin, so a lone
-bundle between equal brokers stays; the grace period and the never-back rule stop it returning.
+another weak one). A broker above the band whose only bundle is under that bar also gives it up
+when the cluster ends inside the band for it: moved alone, or with one bundle of its new
+broker's sent on (usually back to the emptied broker: a swap), since emptying a weak broker
+lowers the mean and leaves the brokers near it above the band, where one bundle back raises it
+again for one move, not one per broker (``MoveSearch.lone_moves``; on the fast model's
+``mixed_fleet``, seed 0, a 4-core broker sat at 1.18-1.27 x mean for 28 cycles without it).
+Moving a lone bundle between equal brokers never clears the margin nor brings the cluster inside
+the band, so a lone bundle between equal brokers stays; the grace period and the never-back rule
+stop it returning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
@@ -298,62 +305,90 @@ class ProjectedUsageShedder:
         stuck = set(waiting)
         acting: set[str] = set()
         out = trial.decisions
+
+        def cands_of(b: str) -> Candidates:
+            return _cands(view, trial, sources, b)
+
         while len(out) < budget:
             s = _next_source(loads, search.judged(spread.mean), (band, stop), acting, stuck)
             if s is None:
                 break
             acting.add(s)
-            if s not in trial.cands:
-                if s not in sources:
-                    sources[s] = movable(view, s, view.in_flight)
-                trial.cands[s] = sources[s].copy()
-            found = self._choose(search, s, trial.cands[s], counts[s], config)
+            found = self._choose(search, s, cands_of, counts[s], config, budget - len(out))
             if found is None:
                 stuck.add(s)
                 continue
-            pick, d = found
-            before = (loads[s], loads[d])
-            model.remove(s, pick.load)
-            model.add(d, pick.load)
-            loads[s], loads[d] = model.load(s), model.load(d)
-            spread.refresh()
-            counts[s] -= 1
-            counts[d] += 1
-            trial.cands[s].remove(pick)
-            out.append(
-                self._move_decision(
-                    pick, s, d, before, (loads[s], loads[d]), band_mean, config=config,
-                    cycle=cycle, now_ms=now_ms, data=view.bundle_data.get(pick.bundle),
-                )
-            )  # fmt: skip
-            trial.picks.append((pick.bundle, s, d))
-            if loads[d] > search.judged(spread.mean) * band:
-                stuck.add(d)  # a relief took it past the band knowingly: not shed on at once
-            came_from[pick.bundle] = s
-            if trial.moves is not None:
-                trial.moves.moved(pick.bundle, s, d)
+            for pick, src, d in found:
+                self._apply(view, config, trial, spread, counts, pick, src, d, band_mean=band_mean,
+                            cycle=cycle, now_ms=now_ms)  # fmt: skip
+                if loads[d] > search.judged(spread.mean) * band:
+                    stuck.add(d)  # a relief took it past the band knowingly: not shed on at once
+
+    def _apply(
+        self,
+        view: ClusterView,
+        config: LoadBalancerConfig,
+        trial: _Trial,
+        spread: Spread,
+        counts: dict[str, int],
+        pick: Candidate,
+        s: str,
+        d: str,
+        *,
+        band_mean: float,
+        cycle: str,
+        now_ms: int,
+    ) -> None:
+        """Move ``pick`` from ``s`` to ``d`` in the trial: its model, loads, candidates, bundle
+        counts, ``came_from`` and policy moves follow, and the decision is added."""
+        model, loads = trial.model, trial.loads
+        before = (loads[s], loads[d])
+        model.remove(s, pick.load)
+        model.add(d, pick.load)
+        loads[s], loads[d] = model.load(s), model.load(d)
+        spread.refresh()
+        counts[s] -= 1
+        counts[d] += 1
+        trial.cands[s].remove(pick)
+        trial.decisions.append(
+            self._move_decision(
+                pick, s, d, before, (loads[s], loads[d]), band_mean, config=config,
+                cycle=cycle, now_ms=now_ms, data=view.bundle_data.get(pick.bundle),
+            )
+        )  # fmt: skip
+        trial.picks.append((pick.bundle, s, d))
+        trial.came_from[pick.bundle] = s
+        if trial.moves is not None:
+            trial.moves.moved(pick.bundle, s, d)
 
     def _choose(
         self,
         search: MoveSearch,
         s: str,
-        cands: Candidates,
+        cands_of: Callable[[str], Candidates],
         count: int,
         config: LoadBalancerConfig,
-    ) -> tuple[Candidate, str] | None:
-        """The move off ``s``: the best one of the search while ``s`` has other bundles, its
-        only bundle when that is hot and a broker would host it well below (see the module
-        docstring), else none."""
+        room: int,
+    ) -> list[tuple[Candidate, str, str]] | None:
+        """The moves off ``s`` (bundle, source, destination), at most ``room``: the best one of
+        the search while ``s`` has other bundles; its only bundle when that is hot and a broker
+        would host it well below, or the cluster ends inside the band (``MoveSearch.lone_moves``,
+        with a second move off its destination), else none."""
+        cands = cands_of(s)
         if count > 1:
-            return search.best(s, cands)
+            found = search.best(s, cands)
+            return None if found is None else [(found[0], s, found[1])]
         if count != 1 or len(cands) != 1:
             return None  # idle, or its only bundle is in its grace period or in flight
         load, mean = search.spread.loads[s], search.spread.mean
-        threshold = config.overloaded_threshold
-        if not (load > threshold or load > mean * self.lone_ratio):
+        if load > config.overloaded_threshold or load > mean * self.lone_ratio:
+            d = search.lone(s, cands[0], self.lone_margin)
+            if d is not None:
+                return [(cands[0], s, d)]
+        if load <= search.judged(mean) * config.load_balancer_balanced_max_over_mean:
             return None
-        d = search.lone(s, cands[0], self.lone_margin)
-        return None if d is None else (cands[0], d)
+        moves = search.lone_moves(s, cands[0], cands_of)
+        return None if moves is None or len(moves) > room else moves
 
     def _move_decision(
         self,
@@ -423,7 +458,10 @@ _WAITS = (
     "its excess is a split leaving or bundles placed on it that it has not reported yet; "
     "it waits for that report"
 )
-_LONE = "its only bundle; no broker would host it far enough below to be worth the move"
+_LONE = (
+    "its only bundle; no broker would host it far enough below to be worth the move, nor would "
+    "moving it (with one bundle sent on from its new broker) leave the cluster inside the band"
+)
 _COOLING = (
     "every bundle on it is in its grace period (loadBalancerSheddingGracePeriodMinutes) or in "
     "flight"
@@ -454,6 +492,15 @@ class _Trial:
         if worst > band:
             return (True, worst, len(self.decisions))
         return (False, len(self.decisions), worst)
+
+
+def _cands(view: ClusterView, trial: _Trial, sources: dict[str, Candidates], b: str) -> Candidates:
+    """``b``'s movable bundles in this trial: a copy of the plan's cached ranking, made once."""
+    if b not in trial.cands:
+        if b not in sources:
+            sources[b] = movable(view, b, view.in_flight)
+        trial.cands[b] = sources[b].copy()
+    return trial.cands[b]
 
 
 def _next_source(

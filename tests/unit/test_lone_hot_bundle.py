@@ -16,6 +16,7 @@ from loadbalance.config import LoadBalancerConfig
 from loadbalance.decisions import TRANSFER
 from loadbalance.model import LocalBrokerData, NamespaceBundleStats, ResourceUsage
 from loadbalance.strategies.projected_usage_shedder import ProjectedUsageShedder
+from loadbalance.strategies.usage_projection import BundleLoad, UsageModel, Weights
 from loadbalance.time_average import TimeAverageBrokerData
 from loadbalance.values import SkipReason
 from loadbalance.view import BrokerView, ClusterView
@@ -193,3 +194,53 @@ def test_a_broker_no_move_can_bring_down_is_named() -> None:
     (skip,) = res.skips
     assert (skip.reason, skip.broker) == (SkipReason.NO_MOVE_HELPS, "weak")
     assert skip.detail.startswith("1.39 x mean: each move off it")
+
+
+def _swap_view(big_cores: int) -> ClusterView:
+    """A 4-core broker whose only bundle puts it at 1.2 x mean (under ``lone_ratio``) and three
+    brokers of ``big_cores`` cores with eight bundles each, all on 25 Gbps NICs (CPU decides)."""
+    lone = {HOT: (48_400.0, 1 * MB)}
+    brokers = [_broker("edge", 4, 25 * NIC_1G_KBYTES, lone)]
+    per_bundle = (0.4 * 100 * big_cores - 3 * big_cores) / 0.004 / 8
+    for i in range(3):
+        bundles = {f"t/app-{i}/0x{j:08x}_0x{j + 1:08x}": (per_bundle, 1 * MB) for j in range(8)}
+        brokers.append(_broker(f"big-{i}", big_cores, 25 * NIC_1G_KBYTES, bundles))
+    return ClusterView(brokers={b.broker: b for b in brokers}, bundle_data={})
+
+
+def _max_over_mean_after(view: ClusterView, decisions) -> float:
+    """The scoreboard's measure once the decisions' projected loads are applied in turn."""
+    model = UsageModel(view, Weights.of(LoadBalancerConfig()))
+    owner = {b: name for name, v in view.brokers.items() for b in v.report.bundles}
+    for d in decisions:
+        stats = view.brokers[owner[d.bundle]].report.last_stats[d.bundle]
+        load = BundleLoad.of_stats(stats)
+        model.remove(d.source_broker, load)
+        model.add(d.destination_broker, load)
+    loads = [model.load(b) for b in model.brokers]
+    return max(loads) / (sum(loads) / len(loads))
+
+
+def test_a_lone_bundle_swaps_with_a_strong_broker_when_emptying_its_broker_lowers_the_mean() -> (
+    None
+):
+    """The hot bundle alone on a 32-core broker takes it to 1.46 x mean, because emptying the
+    4-core broker lowers the mean; one of the strong broker's bundles sent back to the 4-core
+    one settles both: two moves, and the cluster ends inside the band."""
+    view = _swap_view(32)
+    before = _max_over_mean_after(view, ())
+    assert 1.15 < before < 1.25  # above the band, under lone_ratio (1.25)
+    res = _shed(view)
+    moves = [(d.bundle, d.source_broker, d.destination_broker) for d in res.decisions]
+    assert len(moves) == 2, moves
+    (hot, src, strong), (back, src2, dst2) = moves
+    assert (hot, src) == (HOT, "edge") and strong.startswith("big-")
+    assert (src2, dst2) == (strong, "edge") and back != HOT
+    assert _max_over_mean_after(view, res.decisions) <= 1.10
+
+
+def test_a_lone_bundle_between_equal_brokers_stays() -> None:
+    """The same bundle where every broker has 4 cores: it puts any of them where it puts the
+    one it is on, so no move (or swap) brings the cluster inside the band, and none is made."""
+    res = _shed(_swap_view(4))
+    assert HOT not in {d.bundle for d in res.decisions}
