@@ -467,6 +467,13 @@ def main() -> int:
         "--keep-work", action="store_true", help="keep the services' and checkpoint's folder"
     )
     ap.add_argument(
+        "--latencies-out",
+        metavar="FILE",
+        default=None,
+        help="write each live report's [seconds into the live phase, latency ms] as JSON (where "
+        "the tail falls)",
+    )
+    ap.add_argument(
         "--log-driver",
         action="store_true",
         help="log the decision stage's batches and view warm-ups, with times (to stderr)",
@@ -628,13 +635,16 @@ def run(args: argparse.Namespace, work: Path) -> int:
         time.sleep(3 * max(args.trigger_seconds, 1.0) + 5)
         with lock:
             live = [(s.max_event_ms, done) for s, done in batches[seen_before:] if s.max_event_ms]
-        latencies, settled = [], []
+        latencies, settled, series = [], [], []
         for ts in sent:
             done = next((d for m, d in live if m >= ts), None)
             if done is not None:
                 latencies.append(done * 1000 - ts)
+                series.append([round((ts - sent[0]) / 1000, 3), round(done * 1000 - ts)])
                 if ts - sent[0] >= args.settle_seconds * 1000:
                     settled.append(done * 1000 - ts)
+        if args.latencies_out:
+            Path(args.latencies_out).write_text(json.dumps(series))
         live_rate = len(sent) * args.bundles / args.live_seconds
         live_batches = [s for s, _ in batches[seen_before:] if not s.skipped]
         live_progress = [p for p in query.recentProgress

@@ -293,11 +293,14 @@ class MoveSearch:
         model, loads = self.model, self.spread.loads
         if not cands:
             return None
-        saved = (model.brokers[s], model.brokers[d], loads[s], loads[d])
+        saved = (model.brokers[s], model.brokers[d], loads[s], loads[d], self.moves)
         model.remove(s, c.load)
         model.add(d, c.load)
         loads[s], loads[d] = model.load(s), model.load(d)
         self.spread.refresh()
+        if self.moves is not None:  # the second move is judged with the first one made
+            self.moves = self.moves.fork()
+            self.moves.moved(c.bundle, s, d)
         try:
             best: tuple[float, Candidate, str] | None = None
             for x in self._fill_window(s, cands):
@@ -312,7 +315,7 @@ class MoveSearch:
                         best = (ratio, x, e)
             return None if best is None else (best[1], best[2], best[0])
         finally:
-            model.brokers[s], model.brokers[d], loads[s], loads[d] = saved
+            model.brokers[s], model.brokers[d], loads[s], loads[d], self.moves = saved
             self.spread.refresh()
 
     def _fill_window(self, s: str, cands: Candidates) -> list[Candidate]:
