@@ -15,10 +15,12 @@ Run it with ``lbctl stream ...``, ``python -m streaming.submit ...`` or
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +187,7 @@ def build_stream(
         history_percentage=config.load_balancer_history_resource_percentage,
         report_timeout_ms=int(config.load_balancer_broker_report_timeout_seconds * 1000),
         bundle_ttl_ms=int(ttl_s * 1000),
+        records_dir=local_records_dir(settings.checkpoint),
     )
     return parsed.groupBy("key").transformWithStateInPandas(
         statefulProcessor=processor,
@@ -192,6 +195,14 @@ def build_stream(
         outputMode="Update",
         timeMode="EventTime",
     )
+
+
+def local_records_dir(checkpoint: str) -> str:
+    """The local folder of the state step's whole shard records (``streaming.shard_records``)
+    for ``checkpoint``: under the host's temporary folder, one per checkpoint (a restart of the
+    job finds the files it wrote; another job's never mix in)."""
+    digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "lbctl-shard-records", digest)
 
 
 def start_query(

@@ -65,20 +65,26 @@ class ShardStore:
         got = self.tag_state.get()
         return got[0] if got is not None else None
 
-    def read(self, key_name: str, stored_tag: str) -> ShardState:
-        """The stored record with its deltas applied, at ``stored_tag``."""
+    def read(self, key_name: str, stored_tag: str, record: bytes | None = None) -> ShardState:
+        """The stored record with its deltas applied, at ``stored_tag``; ``record``: the whole
+        record stored under the tag's id, from elsewhere (``streaming.shard_records``), so
+        only the deltas are read from the store."""
         parts = tag_parts(stored_tag)
         if parts is None:
             raise OlderStateLayout(key_name, stored_tag)
-        stored = self.text.get()
+        stored = self.text.get() if record is None else None
         deltas = sorted((int(k[0]), from_text(v[0])) for k, v in self.deltas.iterator())
-        if not stored or [k for k, _ in deltas] != list(range(1, len(parts[1]) + 1)):
+        has_record = record is not None or bool(stored)
+        if not has_record or [k for k, _ in deltas] != list(range(1, len(parts[1]) + 1)):
             raise RuntimeError(
                 f"state of {key_name}: tag {stored_tag} names a record and {len(parts[1])} delta "
-                f"records, the store holds {'a' if stored else 'no'} record and deltas "
+                f"records, the store holds {'a' if has_record else 'no'} record and deltas "
                 f"{[k for k, _ in deltas]}"
             )
-        state = ShardState.from_bytes(from_text(stored[0]), [d for _, d in deltas])
+        if record is None:
+            assert stored
+            record = from_text(stored[0])
+        state = ShardState.from_bytes(record, [d for _, d in deltas])
         state.tag = stored_tag
         return state
 
@@ -134,6 +140,14 @@ def tag(base_id: str, deltas: list[str]) -> str:
     after it, in order (each write adds a fresh id, so a tag names one write and its history,
     even of a batch replayed after the store rolled back)."""
     return f"{_TAG_MARK}:{base_id}:{len(deltas)}:{'.'.join(deltas)}"
+
+
+def record_id(stored_tag: str) -> str:
+    """The id of the whole record a ``tag`` names."""
+    parts = tag_parts(stored_tag)
+    if parts is None:
+        raise ValueError(f"not a shard tag: {stored_tag[:40]!r}")
+    return parts[0]
 
 
 def tag_parts(text: str) -> tuple[str, list[str]] | None:

@@ -85,8 +85,9 @@ from streaming.schema import (
     frame,
 )
 from streaming.shard_cache import WORKER_SHARD_CACHE, Checkout, ShardCache
+from streaming.shard_records import LocalRecords
 from streaming.shard_state import ShardState, compaction_due, split_samples
-from streaming.shard_store import ShardStore, tag_parts
+from streaming.shard_store import ShardStore, record_id, tag_parts
 from streaming.state_keys import shard_name, shard_number
 
 BROKER_STATE_SCHEMA = (
@@ -98,16 +99,26 @@ BROKER_WEIGHTED_MAX_EMA_SCHEMA = "weighted_max_ema double"
 class LoadStateProcessor(StatefulProcessor):
     """Keeps the averages; see the module docstring for keys and layout."""
 
-    def __init__(self, history_percentage: float, report_timeout_ms: int, bundle_ttl_ms: int):
+    def __init__(
+        self,
+        history_percentage: float,
+        report_timeout_ms: int,
+        bundle_ttl_ms: int,
+        records_dir: str | None = None,
+    ):
         self.history_percentage = float(history_percentage)
         self.report_timeout_ms = int(report_timeout_ms)
         self.bundle_ttl_ms = int(bundle_ttl_ms)
+        self.records_dir = records_dir
+        """A local folder for each shard's whole record (``streaming.shard_records``); None:
+        none, a worker without a copy of a shard reads it from the store."""
         self.cache: ShardCache | None = None
         """The shard cache; None: this worker process's (``WORKER_SHARD_CACHE``)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.shards = ShardStore(handle)
+        self.records = LocalRecords(self.records_dir) if self.records_dir else None
         self.broker = handle.getValueState("broker", BROKER_STATE_SCHEMA)
         self.broker_weighted_max_ema = handle.getValueState(
             "broker_weighted_max_ema", BROKER_WEIGHTED_MAX_EMA_SCHEMA
@@ -216,6 +227,8 @@ class LoadStateProcessor(StatefulProcessor):
             # remove one), or deltas about as large as the record
             record = state.to_bytes()
             self.shards.write_whole(state, record)
+            if self.records is not None:
+                self.records.put(key_name, record_id(state.tag), record)
             kind, name = SHARD, shard_name(key_name)
         else:
             # only the rows this batch changed: the state store and the driver get a sixth of
@@ -244,8 +257,13 @@ class LoadStateProcessor(StatefulProcessor):
         if tag is None:
             return ShardState(), None
         clock = stage_timing.Clock()
-        state = self.shards.read(key_name, tag)
-        clock.record("state.blob_read", 1)  # a cache miss (part of state.shard)
+        parts = tag_parts(tag)
+        local = None
+        if self.records is not None and parts is not None:
+            local = self.records.get(key_name, parts[0])
+        state = self.shards.read(key_name, tag, local)
+        # a cache miss (part of state.shard), its record from the local file or the store
+        clock.record("state.file_read" if local is not None else "state.blob_read", 1)
         return state, tag
 
     def _catch_up(self, state: ShardState, tag: str) -> ShardState | None:
