@@ -45,9 +45,10 @@ class LocalRecords:
             tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}")
             tmp.write_bytes(record)
             os.replace(tmp, final)
-            prefix = f"{key.replace('/', '_')}."
+            mine = key.replace("/", "_")
             for old in self.root.iterdir():
-                if old.name.startswith(prefix) and old.name != final.name:
+                # "<key>.<id>": a salted key ("s:1.3") is never taken for another's ("s:1")
+                if old.name.rsplit(".", 1)[0] == mine and old.name != final.name:
                     old.unlink(missing_ok=True)
         except OSError:
             self.broken = True

@@ -82,8 +82,10 @@ def test_a_new_whole_record_replaces_the_older_file(tmp_path: Path):
     records = LocalRecords(str(tmp_path))
     records.put("s:0", "a", b"one")
     records.put("s:1", "x", b"other shard")
+    records.put("s:0.3", "y", b"a salted key's")
     records.put("s:0", "b", b"two")
     assert records.get("s:0", "a") is None
     assert records.get("s:0", "b") == b"two"
     assert records.get("s:1", "x") == b"other shard"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s:0.b", "s:1.x"]
+    assert records.get("s:0.3", "y") == b"a salted key's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s:0.3.y", "s:0.b", "s:1.x"]
