@@ -72,18 +72,16 @@ class ShardStore:
         parts = tag_parts(stored_tag)
         if parts is None:
             raise OlderStateLayout(key_name, stored_tag)
-        stored = self.text.get() if record is None else None
+        if record is None:
+            stored = self.text.get()
+            record = from_text(stored[0]) if stored else None
         deltas = sorted((int(k[0]), from_text(v[0])) for k, v in self.deltas.iterator())
-        has_record = record is not None or bool(stored)
-        if not has_record or [k for k, _ in deltas] != list(range(1, len(parts[1]) + 1)):
+        if record is None or [k for k, _ in deltas] != list(range(1, len(parts[1]) + 1)):
             raise RuntimeError(
                 f"state of {key_name}: tag {stored_tag} names a record and {len(parts[1])} delta "
-                f"records, the store holds {'a' if has_record else 'no'} record and deltas "
-                f"{[k for k, _ in deltas]}"
+                f"records, the store holds {'a' if record is not None else 'no'} record and "
+                f"deltas {[k for k, _ in deltas]}"
             )
-        if record is None:
-            assert stored
-            record = from_text(stored[0])
         state = ShardState.from_bytes(record, [d for _, d in deltas])
         state.tag = stored_tag
         return state

@@ -211,14 +211,21 @@ class MoveSearch:
     def lone(self, s: str, c: Candidate, margin: float) -> str | None:
         """Where a broker's only bundle would sit lowest, if that is at least ``margin`` below
         the source's load now (else ``None``); under policies, among the brokers allowed."""
-        best, best_load = None, self.spread.loads[s] - margin
-        for d in sorted(self.spread.loads):
-            if d == s or self.came_from.get(c.bundle) == d:
-                continue
-            projected = self.model.load_if_added(d, c.load)
-            if projected < best_load and (self.moves is None or self.moves.allows(c.bundle, s, d)):
-                best, best_load = d, projected
-        return best
+        ranked = self._hosts(s, c)
+        if ranked and ranked[0][0] < self.spread.loads[s] - margin:
+            return ranked[0][1]
+        return None
+
+    def _hosts(self, s: str, c: Candidate) -> list[tuple[float, str]]:
+        """(projected load, broker) of every broker ``s``'s bundle ``c`` may go to, lowest
+        first (then by name): not ``s``, not where it came from, allowed by the policies."""
+        return sorted(
+            (self.model.load_if_added(d, c.load), d)
+            for d in self.spread.loads
+            if d != s
+            and self.came_from.get(c.bundle) != d
+            and (self.moves is None or self.moves.allows(c.bundle, s, d))
+        )
 
     def lone_moves(
         self, s: str, c: Candidate, cands_of: Callable[[str], Candidates]
@@ -241,15 +248,9 @@ class MoveSearch:
         band = self.band_ratio
         if band is None:
             return None
-        model, loads = self.model, self.spread.loads
-        ranked = sorted(
-            (model.load_if_added(d, c.load), d)
-            for d in loads
-            if d != s
-            and self.came_from.get(c.bundle) != d
-            and (self.moves is None or self.moves.allows(c.bundle, s, d))
-        )
-        load_s = model.load_if_removed(s, c.load)
+        loads = self.spread.loads
+        ranked = self._hosts(s, c)
+        load_s = self.model.load_if_removed(s, c.load)
         best: tuple[tuple[int, float], list[tuple[Candidate, str, str]]] | None = None
         for projected, d in ranked[: self.destinations]:
             ratio = self._ratio_with({s: load_s, d: projected})
