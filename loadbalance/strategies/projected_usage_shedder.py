@@ -74,7 +74,7 @@ again for one move, not one per broker (``MoveSearch.lone_moves``; on the fast m
 ``mixed_fleet``, seed 0, a 4-core broker sat at 1.18-1.27 x mean for 28 cycles without it).
 Moving a lone bundle between equal brokers never clears the margin nor brings the cluster inside
 the band, so a lone bundle between equal brokers stays; the grace period and the never-back rule
-stop it returning.
+keep it from coming back.
 """
 
 from __future__ import annotations
